@@ -1,0 +1,358 @@
+//! sqllogictest runner for Sundial.
+//!
+//! Starts ONE `sundial` server (temporary data directory, ephemeral port) for the whole
+//! run, then runs every `.slt` file under `sql-tests/` (recursively) twice: once over the
+//! PostgreSQL simple query protocol and once over the extended protocol. Each trial gets a
+//! fresh database `slt_<file>_<proto>`, created over an admin connection.
+//!
+//! Usage: `cargo test --test sqllogictests [-- FILTER] [--test-threads N]`.
+//! Trials run one at a time unless `--test-threads` says otherwise.
+//!
+//! Labels usable in `skipif` / `onlyif`: `sundial`, `simple`, `extended` (plus the engine
+//! names `postgres` and `postgres-extended`).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use sqllogictest::Runner;
+use sqllogictest_engines::postgres::{PostgresConfig, PostgresExtended, PostgresSimple};
+
+/// How long one .slt file may take before the trial is failed.
+const TRIAL_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Clone, Copy, Debug)]
+enum Protocol {
+    Simple,
+    Extended,
+}
+
+impl Protocol {
+    fn name(self) -> &'static str {
+        match self {
+            Protocol::Simple => "simple",
+            Protocol::Extended => "extended",
+        }
+    }
+}
+
+/// The one server shared by all trials. `addr` is `Err(stderr)` if it failed to start.
+struct Server {
+    child: Mutex<Option<Child>>,
+    addr: Result<String, String>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    fn start() -> Server {
+        let tmp = match tempfile::Builder::new().prefix("sundial-slt").tempdir() {
+            Ok(t) => t,
+            Err(e) => {
+                return Server {
+                    child: Mutex::new(None),
+                    addr: Err(format!("cannot create temp dir: {e}")),
+                    _tmp: None,
+                };
+            }
+        };
+        match spawn(tmp.path()) {
+            Ok((child, addr)) => Server {
+                child: Mutex::new(Some(child)),
+                addr: Ok(addr),
+                _tmp: Some(tmp),
+            },
+            Err(e) => Server {
+                child: Mutex::new(None),
+                addr: Err(format!("sundial server failed to start:\n{e}")),
+                _tmp: Some(tmp),
+            },
+        }
+    }
+
+    fn stop(&self) {
+        if let Some(mut c) = self.child.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Spawns `sundial serve` on `dir`; waits for the READY line. Err carries stderr on failure.
+/// (Same logic as tests/it/harness.rs; this is a separate test binary.)
+fn spawn(dir: &Path) -> Result<(Child, String), String> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sundial"));
+    cmd.arg("serve")
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--pg-addr")
+        .arg("127.0.0.1:0")
+        .arg("--http-addr")
+        .arg("127.0.0.1:0")
+        .env("SUNDIAL_LOG_LEVEL", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send(None);
+                    return;
+                }
+                Ok(_) => {
+                    if let Some(rest) = line.trim().strip_prefix("SUNDIAL READY pg=") {
+                        let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                        let _ = tx.send(Some(addr));
+                        // keep draining stdout so the server never blocks on a full pipe
+                        let mut sink = String::new();
+                        while reader.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
+                            sink.clear();
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let stderr = child.stderr.take().expect("stderr");
+    let (etx, erx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Forward the server's log lines (warn and above) so failures can be diagnosed,
+        // and keep the first 64 KiB for a start-up failure report.
+        let mut reader = BufReader::new(stderr);
+        let mut all = String::new();
+        let mut line = String::new();
+        let mut sent = false;
+        while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+            if all.len() < 64 * 1024 {
+                all.push_str(&line);
+            }
+            eprint!("[sundial] {line}");
+            line.clear();
+            if !sent && all.len() >= 64 * 1024 {
+                let _ = etx.send(std::mem::take(&mut all));
+                sent = true;
+            }
+        }
+        if !sent {
+            let _ = etx.send(all);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(Some(addr)) => Ok((child, addr)),
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = erx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+            Err(err)
+        }
+    }
+}
+
+/// All `.slt` files under `dir`, recursively, sorted.
+fn collect_slt_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            collect_slt_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "slt") {
+            out.push(p);
+        }
+    }
+}
+
+/// `ddl`, `sub/dir/file` ... : the path relative to sql-tests/, without `.slt`.
+fn test_stem(root: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(root).unwrap_or(file);
+    let s = rel.to_string_lossy().replace('\\', "/");
+    s.strip_suffix(".slt").unwrap_or(&s).to_string()
+}
+
+/// A database name made of `[a-z0-9_]` only, at most 63 bytes.
+fn db_name(stem: &str, proto: Protocol) -> String {
+    let mut s = String::from("slt_");
+    for c in stem.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+        } else {
+            s.push('_');
+        }
+    }
+    s.push('_');
+    s.push_str(proto.name());
+    if s.len() > 63 {
+        // keep it unique-ish: the tail (which has the protocol) plus a hash of the whole
+        let h = s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100000001b3)
+        });
+        let tail = &s[s.len() - 40..];
+        s = format!("slt_{:08x}_{}", h as u32, tail.trim_start_matches('_'));
+    }
+    s
+}
+
+fn pg_config(addr: &str, db: &str) -> Result<PostgresConfig, String> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("bad server address {addr:?}"))?;
+    let port: u16 = port.parse().map_err(|_| format!("bad port in {addr:?}"))?;
+    let mut config = PostgresConfig::new();
+    config
+        .host(host)
+        .port(port)
+        .user("sqllogictest")
+        .dbname(db)
+        .application_name("sundial-sqllogictest")
+        .connect_timeout(Duration::from_secs(10));
+    Ok(config)
+}
+
+/// Creates the trial's database over an admin connection to the `postgres` database.
+async fn create_database(addr: &str, db: &str) -> Result<(), String> {
+    let config = pg_config(addr, "postgres")?;
+    let (client, conn) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("admin connect to {addr}: {e}"))?;
+    let conn_task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let result = client
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .map_err(|e| format!("CREATE DATABASE {db}: {}", describe_pg_error(&e)));
+    drop(client);
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn_task).await;
+    result
+}
+
+fn describe_pg_error(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+async fn run_file(addr: &str, file: &Path, stem: &str, proto: Protocol) -> Result<(), String> {
+    let db = db_name(stem, proto);
+    create_database(addr, &db).await?;
+    let config = pg_config(addr, &db)?;
+    match proto {
+        Protocol::Simple => {
+            let mut runner = Runner::new(move || {
+                let config = config.clone();
+                async move { PostgresSimple::connect(config).await }
+            });
+            run_with(&mut runner, file, proto).await
+        }
+        Protocol::Extended => {
+            let mut runner = Runner::new(move || {
+                let config = config.clone();
+                async move { PostgresExtended::connect(config).await }
+            });
+            run_with(&mut runner, file, proto).await
+        }
+    }
+}
+
+async fn run_with<D, M>(
+    runner: &mut Runner<D, M>,
+    file: &Path,
+    proto: Protocol,
+) -> Result<(), String>
+where
+    D: sqllogictest::AsyncDB,
+    M: sqllogictest::MakeConnection<Conn = D>,
+{
+    runner.add_label("sundial");
+    runner.add_label(proto.name());
+    let result = runner
+        .run_file_async(file)
+        .await
+        .map_err(|e| e.display(false).to_string());
+    let _ = tokio::time::timeout(Duration::from_secs(5), runner.shutdown_async()).await;
+    result
+}
+
+fn run_trial(server: &Server, file: &Path, stem: &str, proto: Protocol) -> Result<(), Failed> {
+    let addr = server.addr.as_ref().map_err(|e| Failed::from(e.as_str()))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failed::from(format!("tokio runtime: {e}")))?;
+    rt.block_on(async {
+        match tokio::time::timeout(TRIAL_TIMEOUT, run_file(addr, file, stem, proto)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "{} ({}) did not finish within {:?}",
+                file.display(),
+                proto.name(),
+                TRIAL_TIMEOUT
+            )),
+        }
+    })
+    .map_err(Failed::from)
+}
+
+fn main() -> ExitCode {
+    let mut args = Arguments::from_args();
+    if args.test_threads.is_none() {
+        // One server, one file at a time: keeps the output readable and the server's
+        // global state (e.g. sundial_flush(), which flushes every database) predictable.
+        args.test_threads = Some(1);
+    }
+
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql-tests");
+    let mut files = Vec::new();
+    collect_slt_files(&root, &mut files);
+
+    // Listing trials must not start a server.
+    let server = if args.list {
+        Arc::new(Server {
+            child: Mutex::new(None),
+            addr: Err("not started (--list)".into()),
+            _tmp: None,
+        })
+    } else {
+        Arc::new(Server::start())
+    };
+
+    let mut trials = Vec::new();
+    for file in &files {
+        let stem = test_stem(&root, file);
+        for proto in [Protocol::Simple, Protocol::Extended] {
+            let server = Arc::clone(&server);
+            let file = file.clone();
+            let stem2 = stem.clone();
+            trials.push(Trial::test(
+                format!("{stem}::{}", proto.name()),
+                move || run_trial(&server, &file, &stem2, proto),
+            ));
+        }
+    }
+
+    let conclusion = libtest_mimic::run(&args, trials);
+    server.stop();
+    drop(server);
+    conclusion.exit_code()
+}

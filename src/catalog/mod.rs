@@ -1,0 +1,276 @@
+//! The catalog: databases → tables (schema, time column, chunk interval) → chunk
+//! files with per-column statistics. Persisted as one versioned JSON manifest that
+//! is replaced atomically (write new, fsync, rename); readers see immutable snapshots.
+
+pub mod migrate;
+pub mod types;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+
+pub use types::SqlType;
+
+use crate::error::{Error, Result};
+
+/// The manifest format this binary writes.
+pub const FORMAT_VERSION: u32 = migrate::LATEST;
+
+/// Databases every fresh data directory has.
+pub const DEFAULT_DATABASES: [&str; 2] = ["sundial", "postgres"];
+
+/// The whole persisted catalog.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format_version: u32,
+    /// Numbers of the migrations that have run on this data directory.
+    pub migrations_applied: Vec<u32>,
+    pub next_id: u64,
+    /// Every WAL record with a sequence number up to this one is in Parquet files.
+    pub flushed_wal_seq: u64,
+    pub databases: BTreeMap<String, DatabaseDef>,
+}
+
+/// One database: a namespace of tables.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DatabaseDef {
+    pub id: u64,
+    pub tables: BTreeMap<String, Arc<TableDef>>,
+}
+
+/// One table; a hypertable when it has a time column and chunk interval.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TableDef {
+    pub id: u64,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    /// Partitioning column of a hypertable.
+    pub time_column: Option<String>,
+    /// Chunk interval in microseconds; `Some` exactly for hypertables.
+    pub chunk_interval_micros: Option<i64>,
+    pub files: Vec<FileMeta>,
+}
+
+/// One column of a table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    pub sql_type: SqlType,
+    pub nullable: bool,
+}
+
+/// One immutable Parquet file of a chunk.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileMeta {
+    pub id: u64,
+    /// Start of the chunk (microseconds since the epoch); 0 for plain tables.
+    pub chunk_start: i64,
+    /// Object-store path.
+    pub path: String,
+    pub rows: u64,
+    pub bytes: u64,
+    pub stats: Vec<ColumnStats>,
+}
+
+/// Min/max (as text, cast back to the column type on use) and null count of a column.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ColumnStats {
+    pub column: String,
+    pub min: Option<String>,
+    pub max: Option<String>,
+    pub null_count: u64,
+}
+
+impl TableDef {
+    /// Arrow schema of the table.
+    pub fn schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| Field::new(&c.name, c.sql_type.to_arrow(), c.nullable))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    pub fn is_hypertable(&self) -> bool {
+        self.chunk_interval_micros.is_some()
+    }
+
+    /// Index of the partitioning column.
+    pub fn time_index(&self) -> Option<usize> {
+        let t = self.time_column.as_ref()?;
+        self.columns.iter().position(|c| &c.name == t)
+    }
+
+    pub fn column(&self, name: &str) -> Option<&ColumnDef> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// Start of the chunk holding `t` (microseconds).
+    pub fn chunk_start(&self, t: i64) -> i64 {
+        match self.chunk_interval_micros {
+            Some(iv) if iv > 0 => t.div_euclid(iv) * iv,
+            _ => 0,
+        }
+    }
+
+    /// TimescaleDB-style chunk name.
+    pub fn chunk_name(&self, chunk_start: i64) -> String {
+        let idx = match self.chunk_interval_micros {
+            Some(iv) if iv > 0 => chunk_start.div_euclid(iv),
+            _ => 0,
+        };
+        format!("_hyper_{}_{}_chunk", self.id, idx)
+    }
+}
+
+impl Manifest {
+    fn fresh() -> Manifest {
+        let mut m = Manifest {
+            format_version: FORMAT_VERSION,
+            migrations_applied: migrate::all_numbers(),
+            next_id: 1,
+            flushed_wal_seq: 0,
+            databases: BTreeMap::new(),
+        };
+        for db in DEFAULT_DATABASES {
+            let id = m.alloc_id();
+            m.databases.insert(
+                db.to_string(),
+                DatabaseDef {
+                    id,
+                    tables: BTreeMap::new(),
+                },
+            );
+        }
+        m
+    }
+
+    /// Hands out a new id, unique within this data directory.
+    pub fn alloc_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub fn database(&self, db: &str) -> Result<&DatabaseDef> {
+        self.databases
+            .get(db)
+            .ok_or_else(|| Error::UndefinedDatabase(db.to_string()))
+    }
+
+    pub fn database_mut(&mut self, db: &str) -> Result<&mut DatabaseDef> {
+        self.databases
+            .get_mut(db)
+            .ok_or_else(|| Error::UndefinedDatabase(db.to_string()))
+    }
+
+    pub fn table(&self, db: &str, table: &str) -> Result<&Arc<TableDef>> {
+        self.database(db)?
+            .tables
+            .get(table)
+            .ok_or_else(|| Error::UndefinedTable(table.to_string()))
+    }
+
+    /// Finds a table by id anywhere in the catalog.
+    pub fn table_by_id(&self, id: u64) -> Option<(&str, &Arc<TableDef>)> {
+        self.databases.iter().find_map(|(name, d)| {
+            d.tables
+                .values()
+                .find(|t| t.id == id)
+                .map(|t| (name.as_str(), t))
+        })
+    }
+}
+
+/// The live catalog: an immutable snapshot behind a lock, replaced on every change.
+#[derive(Debug)]
+pub struct Catalog {
+    dir: PathBuf,
+    current: RwLock<Arc<Manifest>>,
+    writer: Mutex<()>,
+}
+
+const MANIFEST_FILE: &str = "manifest.json";
+
+impl Catalog {
+    /// Opens (or creates) the catalog under `data_dir/catalog`, running migrations.
+    pub fn open(data_dir: &Path) -> Result<Catalog> {
+        let dir = data_dir.join("catalog");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+        let path = dir.join(MANIFEST_FILE);
+        let (manifest, changed) = if path.exists() {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+            let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                Error::Catalog(format!("{} is not valid JSON: {e}", path.display()))
+            })?;
+            let (value, ran) = migrate::upgrade(value)?;
+            let m: Manifest = serde_json::from_value(value)
+                .map_err(|e| Error::Catalog(format!("{}: {e}", path.display())))?;
+            if !ran.is_empty() {
+                tracing::info!(migrations = ?ran, "upgraded catalog manifest");
+            }
+            (m, !ran.is_empty())
+        } else {
+            (Manifest::fresh(), true)
+        };
+        let cat = Catalog {
+            dir,
+            current: RwLock::new(Arc::new(manifest.clone())),
+            writer: Mutex::new(()),
+        };
+        if changed {
+            cat.persist(&manifest)?;
+        }
+        Ok(cat)
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Manifest> {
+        self.current.read().clone()
+    }
+
+    /// Applies `f` to a copy of the manifest, persists it atomically and publishes it.
+    /// If `f` or the write fails nothing changes.
+    pub fn update<T>(&self, f: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
+        let _guard = self.writer.lock();
+        let mut next = (*self.snapshot()).clone();
+        let out = f(&mut next)?;
+        self.persist(&next)?;
+        *self.current.write() = Arc::new(next);
+        Ok(out)
+    }
+
+    fn persist(&self, m: &Manifest) -> Result<()> {
+        let bytes = serde_json::to_vec(m).map_err(|e| Error::Catalog(e.to_string()))?;
+        let tmp = self.dir.join(format!("{MANIFEST_FILE}.tmp"));
+        let dst = self.dir.join(MANIFEST_FILE);
+        write_durably(&tmp, &bytes)?;
+        std::fs::rename(&tmp, &dst)
+            .map_err(|e| Error::io(format!("cannot rename {}", tmp.display()), e))?;
+        sync_dir(&self.dir)
+    }
+}
+
+/// Writes `bytes` to `path` and fsyncs it.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)
+        .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))?;
+    f.write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
+}
+
+/// fsyncs a directory so a rename or create in it is durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), e))
+}

@@ -1,0 +1,208 @@
+//! Column types as the catalog stores them (PostgreSQL names) and their Arrow
+//! representation. Time is `Timestamp(Microsecond)`, as in PostgreSQL.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, TimeUnit};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The UTC time-zone name stored on `timestamptz` Arrow types.
+pub const UTC: &str = "UTC";
+
+/// A column type in PostgreSQL terms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum SqlType {
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Float4,
+    Float8,
+    /// `numeric(p, s)`: a 128-bit decimal.
+    Numeric(u8, i8),
+    Text,
+    Varchar(Option<u32>),
+    Bytea,
+    Date,
+    Timestamp,
+    Timestamptz,
+}
+
+impl SqlType {
+    /// The Arrow type that stores values of this column.
+    pub fn to_arrow(&self) -> DataType {
+        match self {
+            SqlType::Bool => DataType::Boolean,
+            SqlType::Int2 => DataType::Int16,
+            SqlType::Int4 => DataType::Int32,
+            SqlType::Int8 => DataType::Int64,
+            SqlType::Float4 => DataType::Float32,
+            SqlType::Float8 => DataType::Float64,
+            SqlType::Numeric(p, s) => DataType::Decimal128(*p, *s),
+            SqlType::Text | SqlType::Varchar(_) => DataType::Utf8,
+            SqlType::Bytea => DataType::Binary,
+            SqlType::Date => DataType::Date32,
+            SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            SqlType::Timestamptz => {
+                DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from(UTC)))
+            }
+        }
+    }
+
+    /// Whether the column can be a hypertable's partitioning column.
+    pub fn is_time(&self) -> bool {
+        matches!(
+            self,
+            SqlType::Timestamp | SqlType::Timestamptz | SqlType::Date
+        )
+    }
+
+    /// Parses a type as written in SQL (`int8`, `bigint`, `double precision`,
+    /// `numeric(10,2)`, `varchar(20)`, `timestamp with time zone`, ...).
+    pub fn parse(s: &str) -> Result<SqlType> {
+        let norm = s.trim().to_ascii_lowercase();
+        let norm = norm.split_whitespace().collect::<Vec<_>>().join(" ");
+        let (base, args) = match norm.find('(') {
+            Some(i) => {
+                let close = norm.rfind(')').unwrap_or(norm.len());
+                let args: Vec<&str> = norm[i + 1..close.max(i + 1)]
+                    .split(',')
+                    .map(|a| a.trim())
+                    .filter(|a| !a.is_empty())
+                    .collect();
+                let rest = norm[(close + 1).min(norm.len())..].trim().to_string();
+                let base = format!("{} {}", norm[..i].trim(), rest);
+                (base.trim().to_string(), args)
+            }
+            None => (norm.clone(), vec![]),
+        };
+        let num = |i: usize| -> Result<Option<i64>> {
+            args.get(i)
+                .map(|a| {
+                    a.parse::<i64>()
+                        .map_err(|_| Error::sql("42601", format!("invalid type modifier in {s}")))
+                })
+                .transpose()
+        };
+        Ok(match base.as_str() {
+            "bool" | "boolean" => SqlType::Bool,
+            "int2" | "smallint" => SqlType::Int2,
+            "int" | "int4" | "integer" => SqlType::Int4,
+            "int8" | "bigint" => SqlType::Int8,
+            "float4" | "real" => SqlType::Float4,
+            "float8" | "double precision" | "double" => SqlType::Float8,
+            "float" => match num(0)? {
+                Some(p) if p <= 24 => SqlType::Float4,
+                _ => SqlType::Float8,
+            },
+            "numeric" | "decimal" => match (num(0)?, num(1)?) {
+                (None, _) => SqlType::Float8,
+                (Some(p), s) => {
+                    let s = s.unwrap_or(0);
+                    if !(1..=38).contains(&p) || s < 0 || s > p {
+                        return Err(Error::sql(
+                            "22023",
+                            format!(
+                                "NUMERIC precision {p} and scale {s} must be 1..38 and 0..precision"
+                            ),
+                        ));
+                    }
+                    SqlType::Numeric(p as u8, s as i8)
+                }
+            },
+            "text" | "string" => SqlType::Text,
+            "varchar" | "character varying" | "char" | "character" | "bpchar" => {
+                SqlType::Varchar(num(0)?.map(|n| n.max(0) as u32))
+            }
+            "bytea" => SqlType::Bytea,
+            "date" => SqlType::Date,
+            "timestamp" | "timestamp without time zone" => SqlType::Timestamp,
+            "timestamptz" | "timestamp with time zone" => SqlType::Timestamptz,
+            other => {
+                return Err(Error::NotSupported(format!(
+                    "column type \"{other}\" is not supported"
+                )));
+            }
+        })
+    }
+
+    /// The PostgreSQL name, as `format_type` would print it.
+    pub fn pg_name(&self) -> String {
+        match self {
+            SqlType::Bool => "boolean".into(),
+            SqlType::Int2 => "smallint".into(),
+            SqlType::Int4 => "integer".into(),
+            SqlType::Int8 => "bigint".into(),
+            SqlType::Float4 => "real".into(),
+            SqlType::Float8 => "double precision".into(),
+            SqlType::Numeric(p, s) => format!("numeric({p},{s})"),
+            SqlType::Text => "text".into(),
+            SqlType::Varchar(None) => "character varying".into(),
+            SqlType::Varchar(Some(n)) => format!("character varying({n})"),
+            SqlType::Bytea => "bytea".into(),
+            SqlType::Date => "date".into(),
+            SqlType::Timestamp => "timestamp without time zone".into(),
+            SqlType::Timestamptz => "timestamp with time zone".into(),
+        }
+    }
+}
+
+impl From<SqlType> for String {
+    fn from(t: SqlType) -> String {
+        match t {
+            SqlType::Bool => "bool".into(),
+            SqlType::Int2 => "int2".into(),
+            SqlType::Int4 => "int4".into(),
+            SqlType::Int8 => "int8".into(),
+            SqlType::Float4 => "float4".into(),
+            SqlType::Float8 => "float8".into(),
+            SqlType::Numeric(p, s) => format!("numeric({p},{s})"),
+            SqlType::Text => "text".into(),
+            SqlType::Varchar(None) => "varchar".into(),
+            SqlType::Varchar(Some(n)) => format!("varchar({n})"),
+            SqlType::Bytea => "bytea".into(),
+            SqlType::Date => "date".into(),
+            SqlType::Timestamp => "timestamp".into(),
+            SqlType::Timestamptz => "timestamptz".into(),
+        }
+    }
+}
+
+impl TryFrom<String> for SqlType {
+    type Error = Error;
+    fn try_from(s: String) -> Result<SqlType> {
+        SqlType::parse(&s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_postgres_spellings() {
+        assert_eq!(SqlType::parse("BIGINT").unwrap(), SqlType::Int8);
+        assert_eq!(
+            SqlType::parse("double  precision").unwrap(),
+            SqlType::Float8
+        );
+        assert_eq!(
+            SqlType::parse("numeric(10, 2)").unwrap(),
+            SqlType::Numeric(10, 2)
+        );
+        assert_eq!(
+            SqlType::parse("timestamp with time zone").unwrap(),
+            SqlType::Timestamptz
+        );
+        assert_eq!(
+            SqlType::parse("varchar(20)").unwrap(),
+            SqlType::Varchar(Some(20))
+        );
+        assert!(SqlType::parse("geometry").is_err());
+        let s: String = SqlType::Numeric(10, 2).into();
+        assert_eq!(SqlType::parse(&s).unwrap(), SqlType::Numeric(10, 2));
+    }
+}

@@ -1,0 +1,223 @@
+//! Server configuration: defaults, an optional TOML file, `SUNDIAL_*` environment
+//! variables and command-line flags, merged in that order of increasing precedence.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// When a WAL append counts as durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncPolicy {
+    /// fsync before acknowledging; concurrent writers share one fsync (group commit).
+    Fsync,
+    /// Write to the OS page cache only (survives a process crash, not a power loss).
+    None,
+}
+
+impl std::str::FromStr for FsyncPolicy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "fsync" | "always" | "on" | "true" => Ok(FsyncPolicy::Fsync),
+            "none" | "off" | "false" | "no" => Ok(FsyncPolicy::None),
+            other => Err(Error::Config(format!(
+                "wal_fsync must be `fsync` or `none`, not `{other}`"
+            ))),
+        }
+    }
+}
+
+/// The effective configuration of one server.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub pg_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub wal_fsync: FsyncPolicy,
+    /// Flush memtables once they hold this many bytes in total.
+    pub flush_size: u64,
+    /// Flush a memtable once its oldest row is this old.
+    pub flush_age: Duration,
+    /// Chunk interval of hypertables that do not name one, in microseconds.
+    pub chunk_interval_micros: i64,
+    /// Memory limit of the query engine, in bytes.
+    pub query_memory_limit: u64,
+    pub log_level: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from("./sundial-data"),
+            pg_addr: "127.0.0.1:5432".parse().expect("static address"),
+            http_addr: "127.0.0.1:8086".parse().expect("static address"),
+            wal_fsync: FsyncPolicy::Fsync,
+            flush_size: 128 * 1024 * 1024,
+            flush_age: Duration::from_secs(300),
+            chunk_interval_micros: 7 * 86_400 * 1_000_000,
+            query_memory_limit: 2 * 1024 * 1024 * 1024,
+            log_level: "info".to_string(),
+        }
+    }
+}
+
+/// Raw settings as they come from a TOML file or the command line: all optional strings
+/// so that every source goes through the same parsing.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub data_dir: Option<PathBuf>,
+    pub pg_addr: Option<String>,
+    pub http_addr: Option<String>,
+    pub wal_fsync: Option<String>,
+    pub flush_size: Option<toml::Value>,
+    pub flush_age: Option<String>,
+    pub chunk_interval: Option<String>,
+    pub query_memory_limit: Option<toml::Value>,
+    pub log_level: Option<String>,
+}
+
+impl Settings {
+    /// Reads a TOML settings file.
+    pub fn from_file(path: &Path) -> Result<Settings> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Config(format!("cannot read config file {}: {e}", path.display()))
+        })?;
+        toml::from_str(&text)
+            .map_err(|e| Error::Config(format!("bad config file {}: {e}", path.display())))
+    }
+
+    /// Overlays `other` on `self`: values present in `other` win.
+    pub fn overlay(mut self, other: Settings) -> Settings {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+        }
+        take!(
+            data_dir,
+            pg_addr,
+            http_addr,
+            wal_fsync,
+            flush_size,
+            flush_age,
+            chunk_interval,
+            query_memory_limit,
+            log_level
+        );
+        self
+    }
+
+    /// Turns settings into a validated configuration.
+    pub fn into_config(self) -> Result<Config> {
+        let mut c = Config::default();
+        if let Some(d) = self.data_dir {
+            c.data_dir = d;
+        }
+        if let Some(a) = self.pg_addr {
+            c.pg_addr = parse_addr("pg_addr", &a)?;
+        }
+        if let Some(a) = self.http_addr {
+            c.http_addr = parse_addr("http_addr", &a)?;
+        }
+        if let Some(f) = self.wal_fsync {
+            c.wal_fsync = f.parse()?;
+        }
+        if let Some(v) = self.flush_size {
+            c.flush_size = parse_bytes("flush_size", &v)?;
+        }
+        if let Some(v) = self.flush_age {
+            c.flush_age = humantime::parse_duration(&v)
+                .map_err(|e| Error::Config(format!("flush_age `{v}`: {e}")))?;
+        }
+        if let Some(v) = self.chunk_interval {
+            let micros = crate::sql::interval::parse_interval_micros(&v)
+                .map_err(|e| Error::Config(format!("chunk_interval `{v}`: {e}")))?;
+            if micros <= 0 {
+                return Err(Error::Config("chunk_interval must be positive".into()));
+            }
+            c.chunk_interval_micros = micros;
+        }
+        if let Some(v) = self.query_memory_limit {
+            c.query_memory_limit = parse_bytes("query_memory_limit", &v)?;
+        }
+        if let Some(v) = self.log_level {
+            c.log_level = v;
+        }
+        Ok(c)
+    }
+}
+
+fn parse_addr(name: &str, s: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    s.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| Error::Config(format!("{name} `{s}` is not a HOST:PORT address")))
+}
+
+/// Parses `1048576`, `64MiB`, `64MB`, `2GiB`, `512k`.
+pub fn parse_bytes(name: &str, v: &toml::Value) -> Result<u64> {
+    let s = match v {
+        toml::Value::Integer(i) if *i >= 0 => return Ok(*i as u64),
+        toml::Value::String(s) => s.trim().to_string(),
+        other => {
+            return Err(Error::Config(format!(
+                "{name}: expected a size, got {other}"
+            )));
+        }
+    };
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let num: f64 = num
+        .parse()
+        .map_err(|_| Error::Config(format!("{name}: `{s}` is not a size")))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1024,
+        "m" | "mb" | "mib" => 1024 * 1024,
+        "g" | "gb" | "gib" => 1024 * 1024 * 1024,
+        other => {
+            return Err(Error::Config(format!(
+                "{name}: unknown size unit `{other}`"
+            )));
+        }
+    };
+    Ok((num * mult as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(
+            parse_bytes("x", &toml::Value::String("64MiB".into())).unwrap(),
+            64 << 20
+        );
+        assert_eq!(parse_bytes("x", &toml::Value::Integer(10)).unwrap(), 10);
+        assert!(parse_bytes("x", &toml::Value::String("12 parsecs".into())).is_err());
+    }
+
+    #[test]
+    fn overlay_prefers_later() {
+        let a = Settings {
+            log_level: Some("info".into()),
+            pg_addr: Some("127.0.0.1:1".into()),
+            ..Default::default()
+        };
+        let b = Settings {
+            pg_addr: Some("127.0.0.1:2".into()),
+            ..Default::default()
+        };
+        let c = a.overlay(b).into_config().unwrap();
+        assert_eq!(c.pg_addr.port(), 2);
+        assert_eq!(c.log_level, "info");
+    }
+}

@@ -1,0 +1,18 @@
+//! Sundial: a time-series SQL database that speaks the PostgreSQL wire protocol,
+//! understands TimescaleDB-style SQL, logs writes to a snappy-framed WAL and keeps
+//! data in time-partitioned Parquet chunks that queries prune by min/max statistics.
+
+pub mod catalog;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod query;
+pub mod server;
+pub mod sql;
+pub mod storage;
+pub mod wal;
+pub mod write;
+
+pub use config::Config;
+pub use engine::Engine;
+pub use error::{Error, Result};

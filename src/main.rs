@@ -1,0 +1,148 @@
+//! `sundial` command line: `sundial serve` (the default) starts the server with
+//! settings from flags, `SUNDIAL_*` environment variables and an optional TOML file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use sundial::config::Settings;
+use sundial::{Config, Engine};
+
+#[derive(Parser, Debug)]
+#[command(name = "sundial", version, about = "Sundial time-series SQL database")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the server (the default).
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args, Debug, Default, Clone)]
+struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "SUNDIAL_CONFIG")]
+    config: Option<PathBuf>,
+    /// Data directory (default ./sundial-data).
+    #[arg(long, env = "SUNDIAL_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Postgres wire protocol address (default 127.0.0.1:5432).
+    #[arg(long, env = "SUNDIAL_PG_ADDR")]
+    pg_addr: Option<String>,
+    /// Line-protocol HTTP address (default 127.0.0.1:8086).
+    #[arg(long, env = "SUNDIAL_HTTP_ADDR")]
+    http_addr: Option<String>,
+    /// WAL durability: `fsync` (default) or `none`.
+    #[arg(long, env = "SUNDIAL_WAL_FSYNC")]
+    wal_fsync: Option<String>,
+    /// Flush memtables at this size (e.g. 128MiB).
+    #[arg(long, env = "SUNDIAL_FLUSH_SIZE")]
+    flush_size: Option<String>,
+    /// Flush memtables at this age (e.g. 5m).
+    #[arg(long, env = "SUNDIAL_FLUSH_AGE")]
+    flush_age: Option<String>,
+    /// Default chunk interval of hypertables (e.g. '7 days').
+    #[arg(long, env = "SUNDIAL_CHUNK_INTERVAL")]
+    chunk_interval: Option<String>,
+    /// Query engine memory limit (e.g. 2GiB).
+    #[arg(long, env = "SUNDIAL_QUERY_MEMORY_LIMIT")]
+    query_memory_limit: Option<String>,
+    /// Log level or tracing filter (default info).
+    #[arg(long, env = "SUNDIAL_LOG_LEVEL")]
+    log_level: Option<String>,
+}
+
+impl ServeArgs {
+    fn settings(&self) -> Settings {
+        Settings {
+            data_dir: self.data_dir.clone(),
+            pg_addr: self.pg_addr.clone(),
+            http_addr: self.http_addr.clone(),
+            wal_fsync: self.wal_fsync.clone(),
+            flush_size: self.flush_size.clone().map(toml::Value::String),
+            flush_age: self.flush_age.clone(),
+            chunk_interval: self.chunk_interval.clone(),
+            query_memory_limit: self.query_memory_limit.clone().map(toml::Value::String),
+            log_level: self.log_level.clone(),
+        }
+    }
+}
+
+fn load(args: &ServeArgs) -> sundial::Result<Config> {
+    let file = match &args.config {
+        Some(p) => Settings::from_file(p)?,
+        None => Settings::default(),
+    };
+    file.overlay(args.settings()).into_config()
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Command::Serve(a)) => a,
+        None => cli.serve,
+    };
+    let config = match load(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sundial: error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sundial: error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sundial: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> sundial::Result<()> {
+    let engine = Engine::open(config).await?;
+    let listeners = sundial::server::bind(&engine).await?;
+    println!("SUNDIAL READY pg={}", listeners.pg_addr);
+    tracing::info!(pg = %listeners.pg_addr, data_dir = %engine.config.data_dir.display(), "sundial is ready");
+    let server = tokio::spawn(sundial::server::serve(engine.clone(), listeners));
+    wait_for_signal().await;
+    tracing::info!("shutting down: flushing memtables");
+    let res = engine.close().await;
+    server.abort();
+    res
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}

@@ -1,0 +1,116 @@
+//! Query side: one DataFusion `SessionContext` per connection over a shared
+//! runtime, a catalog provider that exposes one database's tables and the
+//! TimescaleDB-style system views, and the hypertable table provider.
+
+pub mod provider;
+pub mod system;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{CatalogProvider, SchemaProvider};
+use datafusion::datasource::TableProvider;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+use crate::engine::Engine;
+use provider::HypertableProvider;
+
+/// Builds the DataFusion context of one connection to database `db`.
+pub fn new_context(engine: &Arc<Engine>, db: &str) -> SessionContext {
+    let mut cfg = SessionConfig::new()
+        .with_default_catalog_and_schema(db, "public")
+        .with_information_schema(true)
+        .with_create_default_catalog_and_schema(false);
+    {
+        let o = cfg.options_mut();
+        o.execution.time_zone = Some("UTC".to_string());
+        o.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+        o.execution.parquet.pushdown_filters = false;
+        o.execution.parquet.enable_page_index = true;
+    }
+    let state = SessionStateBuilder::new()
+        .with_config(cfg)
+        .with_runtime_env(engine.runtime.clone())
+        .with_default_features()
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    ctx.register_catalog(
+        db,
+        Arc::new(DbCatalog {
+            engine: engine.clone(),
+            db: db.to_string(),
+        }),
+    );
+    ctx
+}
+
+/// One database as a DataFusion catalog.
+#[derive(Debug)]
+struct DbCatalog {
+    engine: Arc<Engine>,
+    db: String,
+}
+
+impl CatalogProvider for DbCatalog {
+    fn schema_names(&self) -> Vec<String> {
+        vec!["public".into(), system::INFO_SCHEMA.into()]
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        match name {
+            "public" => Some(Arc::new(PublicSchema {
+                engine: self.engine.clone(),
+                db: self.db.clone(),
+            })),
+            system::INFO_SCHEMA => Some(Arc::new(system::InfoSchema::new(
+                self.engine.clone(),
+                self.db.clone(),
+            ))),
+            _ => None,
+        }
+    }
+}
+
+/// The `public` schema: the database's tables plus `sundial_chunk_files`.
+#[derive(Debug)]
+struct PublicSchema {
+    engine: Arc<Engine>,
+    db: String,
+}
+
+#[async_trait]
+impl SchemaProvider for PublicSchema {
+    fn table_names(&self) -> Vec<String> {
+        let m = self.engine.catalog.snapshot();
+        let mut names: Vec<String> = m
+            .database(&self.db)
+            .map(|d| d.tables.keys().cloned().collect())
+            .unwrap_or_default();
+        names.push(system::CHUNK_FILES.into());
+        names
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let m = self.engine.catalog.snapshot();
+        if let Ok(t) = m.table(&self.db, name) {
+            return Ok(Some(Arc::new(HypertableProvider::new(
+                t.clone(),
+                self.engine.writer.clone(),
+                self.engine.store_url.clone(),
+            ))));
+        }
+        if name == system::CHUNK_FILES {
+            return Ok(Some(system::chunk_files(
+                self.engine.clone(),
+                self.db.clone(),
+            )));
+        }
+        Ok(None)
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        name == system::CHUNK_FILES || self.engine.catalog.snapshot().table(&self.db, name).is_ok()
+    }
+}

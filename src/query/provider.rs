@@ -1,0 +1,463 @@
+//! The hypertable `TableProvider`: prunes chunks and files by their min/max
+//! statistics, scans the surviving Parquet files plus the memtable rows, and sends
+//! INSERTs into the write path. `HypertableScanExec` reports the pruning in EXPLAIN.
+
+use std::collections::{BTreeSet, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt64Array};
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::pruning::PruningStatistics;
+use datafusion::common::{Column, DFSchema, ScalarValue};
+use datafusion::datasource::TableProvider;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::StreamExt;
+
+use crate::catalog::{FileMeta, TableDef};
+use crate::storage;
+use crate::write::WriteService;
+
+/// A table of the catalog as DataFusion sees it.
+#[derive(Debug)]
+pub struct HypertableProvider {
+    table: Arc<TableDef>,
+    writer: Arc<WriteService>,
+    store_url: ObjectStoreUrl,
+}
+
+impl HypertableProvider {
+    pub fn new(table: Arc<TableDef>, writer: Arc<WriteService>, store_url: ObjectStoreUrl) -> Self {
+        HypertableProvider {
+            table,
+            writer,
+            store_url,
+        }
+    }
+}
+
+/// Statistics of a set of containers (files or memtable chunks) for pruning.
+struct ContainerStats<'a> {
+    schema: SchemaRef,
+    /// For each container, per column (by schema index): (min, max, null_count).
+    mins: Vec<Vec<Option<&'a str>>>,
+    maxs: Vec<Vec<Option<&'a str>>>,
+    nulls: Vec<Vec<Option<u64>>>,
+    rows: Vec<Option<u64>>,
+}
+
+impl<'a> ContainerStats<'a> {
+    fn col(&self, column: &Column) -> Option<usize> {
+        self.schema.index_of(&column.name).ok()
+    }
+    fn values(&self, column: &Column, src: &[Vec<Option<&'a str>>]) -> Option<ArrayRef> {
+        let i = self.col(column)?;
+        let vals: Vec<Option<&str>> = src.iter().map(|c| c.get(i).copied().flatten()).collect();
+        storage::stats_array(&vals, self.schema.field(i).data_type())
+    }
+}
+
+impl PruningStatistics for ContainerStats<'_> {
+    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.values(column, &self.mins)
+    }
+    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.values(column, &self.maxs)
+    }
+    fn num_containers(&self) -> usize {
+        self.rows.len()
+    }
+    fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
+        let i = self.col(column)?;
+        Some(Arc::new(UInt64Array::from(
+            self.nulls
+                .iter()
+                .map(|n| n.get(i).copied().flatten())
+                .collect::<Vec<_>>(),
+        )))
+    }
+    fn row_counts(&self) -> Option<ArrayRef> {
+        Some(Arc::new(UInt64Array::from(self.rows.clone())))
+    }
+    fn contained(&self, _column: &Column, _values: &HashSet<ScalarValue>) -> Option<BooleanArray> {
+        None
+    }
+}
+
+fn file_stats<'a>(schema: &SchemaRef, files: &'a [FileMeta]) -> ContainerStats<'a> {
+    let mut s = ContainerStats {
+        schema: schema.clone(),
+        mins: vec![],
+        maxs: vec![],
+        nulls: vec![],
+        rows: vec![],
+    };
+    for f in files {
+        let mut mins = vec![None; schema.fields().len()];
+        let mut maxs = vec![None; schema.fields().len()];
+        let mut nulls = vec![None; schema.fields().len()];
+        for st in &f.stats {
+            if let Ok(i) = schema.index_of(&st.column) {
+                mins[i] = st.min.as_deref();
+                maxs[i] = st.max.as_deref();
+                nulls[i] = Some(st.null_count);
+            }
+        }
+        // Columns added after the file was written are all NULL in it.
+        for (i, fld) in schema.fields().iter().enumerate() {
+            if !f.stats.iter().any(|st| &st.column == fld.name()) {
+                nulls[i] = Some(f.rows);
+            }
+        }
+        s.mins.push(mins);
+        s.maxs.push(maxs);
+        s.nulls.push(nulls);
+        s.rows.push(Some(f.rows));
+    }
+    s
+}
+
+fn prune(pred: Option<&PruningPredicate>, stats: &ContainerStats<'_>) -> Vec<bool> {
+    match pred {
+        Some(p) => p
+            .prune(stats)
+            .unwrap_or_else(|_| vec![true; stats.num_containers()]),
+        None => vec![true; stats.num_containers()],
+    }
+}
+
+#[async_trait]
+impl TableProvider for HypertableProvider {
+    fn schema(&self) -> SchemaRef {
+        self.table.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let view = self.writer.view(self.table.id).ok_or_else(|| {
+            DataFusionError::Plan(format!("table '{}' not found", self.table.name))
+        })?;
+        let table = view.table;
+        let schema = table.schema();
+        let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+        let physical = match conjunction(filters.to_vec()) {
+            Some(e) => Some(state.create_physical_expr(e, &df_schema)?),
+            None => None,
+        };
+        let pruning = physical.clone().and_then(|p| {
+            PruningPredicateBuilder::new()
+                .with_file_schema(schema.clone())
+                .build(p)
+        });
+
+        // Files.
+        let keep_files = prune(pruning.as_deref(), &file_stats(&schema, &table.files));
+        // Memtable chunks: only the time range of the chunk is known.
+        let mem_meta: Vec<FileMeta> = view
+            .mem
+            .iter()
+            .map(|(start, batches)| mem_chunk_meta(&table, *start, batches))
+            .collect();
+        let keep_mem = prune(pruning.as_deref(), &file_stats(&schema, &mem_meta));
+
+        let mut all_chunks = BTreeSet::new();
+        let mut kept_chunks = BTreeSet::new();
+        for (f, keep) in table.files.iter().zip(&keep_files) {
+            all_chunks.insert(f.chunk_start);
+            if *keep {
+                kept_chunks.insert(f.chunk_start);
+            }
+        }
+        for ((start, _), keep) in view.mem.iter().zip(&keep_mem) {
+            all_chunks.insert(*start);
+            if *keep {
+                kept_chunks.insert(*start);
+            }
+        }
+        let files: Vec<&FileMeta> = table
+            .files
+            .iter()
+            .zip(&keep_files)
+            .filter(|(_, k)| **k)
+            .map(|(f, _)| f)
+            .collect();
+
+        let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
+        if !files.is_empty() {
+            let mut source = ParquetSource::new(schema.clone());
+            if let Some(p) = &physical {
+                source = source.with_predicate(p.clone());
+            }
+            let source = source.with_enable_page_index(true);
+            let target = state.config().target_partitions().max(1);
+            let mut groups: Vec<Vec<PartitionedFile>> = vec![vec![]; target.min(files.len())];
+            for (i, f) in files.iter().enumerate() {
+                let n = groups.len();
+                groups[i % n].push(PartitionedFile::new(f.path.clone(), f.bytes));
+            }
+            let mut builder = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
+                .with_projection_indices(projection.cloned())?
+                .with_limit(limit);
+            for g in groups {
+                builder = builder.with_file_group(g.into());
+            }
+            inputs.push(DataSourceExec::from_data_source(builder.build()));
+        }
+        let mem_batches: Vec<RecordBatch> = view
+            .mem
+            .iter()
+            .zip(&keep_mem)
+            .filter(|(_, k)| **k)
+            .flat_map(|((_, b), _)| b.iter())
+            .map(|b| storage::adapt_batch(b, &schema))
+            .collect::<crate::Result<Vec<_>>>()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        if !mem_batches.is_empty() || inputs.is_empty() {
+            let mut mem =
+                MemorySourceConfig::try_new(&[mem_batches], schema.clone(), projection.cloned())?;
+            mem = mem.with_limit(limit);
+            inputs.push(DataSourceExec::from_data_source(mem));
+        }
+        let input = UnionExec::try_new(inputs)?;
+        Ok(Arc::new(HypertableScanExec {
+            table: table.name.clone(),
+            chunks_scanned: kept_chunks.len(),
+            chunks_pruned: all_chunks.len() - kept_chunks.len(),
+            files_scanned: files.len(),
+            files_pruned: table.files.len() - files.len(),
+            input,
+        }))
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(DataFusionError::NotImplemented(format!(
+                "{insert_op} is not supported"
+            )));
+        }
+        let sink = TableSink {
+            table: self.table.clone(),
+            writer: self.writer.clone(),
+            schema: self.table.schema(),
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+}
+
+/// Statistics of an in-memory chunk: its time range, nothing else.
+fn mem_chunk_meta(table: &TableDef, start: i64, batches: &[RecordBatch]) -> FileMeta {
+    let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+    let mut stats = vec![];
+    if let (Some(tc), Some(iv)) = (&table.time_column, table.chunk_interval_micros) {
+        let dt = table.column(tc).map(|c| c.sql_type.to_arrow());
+        if let Some(dt) = dt {
+            let lo = micros_to_string(start, &dt);
+            let hi = micros_to_string(start.saturating_add(iv - 1), &dt);
+            if let (Some(lo), Some(hi)) = (lo, hi) {
+                stats.push(crate::catalog::ColumnStats {
+                    column: tc.clone(),
+                    min: Some(lo),
+                    max: Some(hi),
+                    null_count: 0,
+                });
+            }
+        }
+    }
+    // Columns without statistics must not be treated as all-NULL.
+    for c in &table.columns {
+        if Some(&c.name) != table.time_column.as_ref() {
+            stats.push(crate::catalog::ColumnStats {
+                column: c.name.clone(),
+                min: None,
+                max: None,
+                null_count: u64::MAX,
+            });
+        }
+    }
+    FileMeta {
+        id: 0,
+        chunk_start: start,
+        path: String::new(),
+        rows,
+        bytes: 0,
+        stats,
+    }
+}
+
+fn micros_to_string(micros: i64, dt: &arrow::datatypes::DataType) -> Option<String> {
+    use arrow::array::TimestampMicrosecondArray;
+    use arrow::compute::cast;
+    let arr: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![micros]));
+    let typed = cast(&arr, dt).ok()?;
+    let s = cast(&typed, &arrow::datatypes::DataType::Utf8).ok()?;
+    s.as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .map(|a| a.value(0).to_string())
+}
+
+/// Sends the rows of an INSERT into the write path.
+#[derive(Debug)]
+struct TableSink {
+    table: Arc<TableDef>,
+    writer: Arc<WriteService>,
+    schema: SchemaRef,
+}
+
+impl DisplayAs for TableSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "SundialSink: table={}", self.table.name)
+    }
+}
+
+#[async_trait]
+impl DataSink for TableSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(
+        &self,
+        mut data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> DfResult<u64> {
+        // Use the newest definition: ALTER TABLE may have run since planning.
+        let table = self
+            .writer
+            .view(self.table.id)
+            .map(|v| v.table)
+            .ok_or_else(|| {
+                DataFusionError::Plan(format!("table '{}' not found", self.table.name))
+            })?;
+        // Gather the statement's rows and write them as one record: all or nothing.
+        let mut batches = vec![];
+        while let Some(b) = data.next().await {
+            batches.push(b?);
+        }
+        if batches.is_empty() {
+            return Ok(0);
+        }
+        let schema = batches[0].schema();
+        let batch = arrow::compute::concat_batches(&schema, &batches)?;
+        self.writer
+            .write(&table, batch)
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+}
+
+/// Wraps a table scan and states, in EXPLAIN, how many chunks and files it pruned.
+#[derive(Debug)]
+pub struct HypertableScanExec {
+    pub table: String,
+    pub chunks_scanned: usize,
+    pub chunks_pruned: usize,
+    pub files_scanned: usize,
+    pub files_pruned: usize,
+    input: Arc<dyn ExecutionPlan>,
+}
+
+impl DisplayAs for HypertableScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "HypertableScanExec: table={}, chunks_scanned={}, chunks_pruned={}, files_scanned={}, files_pruned={}",
+            self.table,
+            self.chunks_scanned,
+            self.chunks_pruned,
+            self.files_scanned,
+            self.files_pruned
+        )
+    }
+}
+
+impl ExecutionPlan for HypertableScanExec {
+    fn name(&self) -> &str {
+        "HypertableScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(
+            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+        ) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion>,
+    ) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion> {
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let input = children
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("HypertableScanExec needs a child".into()))?;
+        Ok(Arc::new(HypertableScanExec {
+            table: self.table.clone(),
+            chunks_scanned: self.chunks_scanned,
+            chunks_pruned: self.chunks_pruned,
+            files_scanned: self.files_scanned,
+            files_pruned: self.files_pruned,
+            input,
+        }))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        self.input.execute(partition, context)
+    }
+}

@@ -1,0 +1,353 @@
+//! System views computed from the catalog at scan time:
+//! `timescaledb_information.{hypertables,chunks,dimensions}` and `sundial_chunk_files`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BooleanArray, Int16Array, Int64Array, IntervalMonthDayNanoArray, RecordBatch,
+    StringArray, TimestampMicrosecondArray,
+};
+use arrow::datatypes::{
+    DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef, TimeUnit,
+};
+use async_trait::async_trait;
+use datafusion::catalog::{SchemaProvider, Session};
+use datafusion::datasource::TableProvider;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::Result as DfResult;
+use datafusion::logical_expr::{Expr, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::catalog::TableDef;
+use crate::engine::Engine;
+
+pub const INFO_SCHEMA: &str = "timescaledb_information";
+pub const CHUNK_FILES: &str = "sundial_chunk_files";
+
+type Builder = fn(&Engine, &str) -> DfResult<RecordBatch>;
+
+/// A read-only table whose rows are computed when it is scanned.
+#[derive(Debug)]
+pub struct SystemTable {
+    engine: Arc<Engine>,
+    db: String,
+    schema: SchemaRef,
+    build: Builder,
+}
+
+#[async_trait]
+impl TableProvider for SystemTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let batch = (self.build)(&self.engine, &self.db)?;
+        let src =
+            MemorySourceConfig::try_new(&[vec![batch]], self.schema.clone(), projection.cloned())?;
+        Ok(DataSourceExec::from_data_source(src))
+    }
+}
+
+fn tstz() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("UTC")))
+}
+
+fn text(name: &str) -> Field {
+    Field::new(name, DataType::Utf8, true)
+}
+
+/// The `timescaledb_information` schema.
+#[derive(Debug)]
+pub struct InfoSchema {
+    engine: Arc<Engine>,
+    db: String,
+}
+
+impl InfoSchema {
+    pub fn new(engine: Arc<Engine>, db: String) -> Self {
+        InfoSchema { engine, db }
+    }
+}
+
+const INFO_TABLES: [&str; 3] = ["hypertables", "chunks", "dimensions"];
+
+#[async_trait]
+impl SchemaProvider for InfoSchema {
+    fn table_names(&self) -> Vec<String> {
+        INFO_TABLES.iter().map(|s| s.to_string()).collect()
+    }
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let (schema, build): (Schema, Builder) = match name {
+            "hypertables" => (hypertables_schema(), hypertables),
+            "chunks" => (chunks_schema(), chunks),
+            "dimensions" => (dimensions_schema(), dimensions),
+            _ => return Ok(None),
+        };
+        Ok(Some(Arc::new(SystemTable {
+            engine: self.engine.clone(),
+            db: self.db.clone(),
+            schema: Arc::new(schema),
+            build,
+        })))
+    }
+    fn table_exist(&self, name: &str) -> bool {
+        INFO_TABLES.contains(&name)
+    }
+}
+
+fn chunk_files_schema() -> Schema {
+    Schema::new(vec![
+        text("hypertable_name"),
+        text("chunk_name"),
+        Field::new("range_start", tstz(), true),
+        Field::new("range_end", tstz(), true),
+        text("file_path"),
+        Field::new("row_count", DataType::Int64, false),
+        Field::new("byte_size", DataType::Int64, false),
+    ])
+}
+
+/// `sundial_chunk_files`.
+pub fn chunk_files(engine: Arc<Engine>, db: String) -> Arc<dyn TableProvider> {
+    Arc::new(SystemTable {
+        engine,
+        db,
+        schema: Arc::new(chunk_files_schema()),
+        build: chunk_files_rows,
+    })
+}
+
+fn tables_of(engine: &Engine, db: &str) -> Vec<Arc<TableDef>> {
+    engine
+        .catalog
+        .snapshot()
+        .database(db)
+        .map(|d| d.tables.values().cloned().collect())
+        .unwrap_or_default()
+}
+
+fn batch(schema: Schema, cols: Vec<ArrayRef>) -> DfResult<RecordBatch> {
+    Ok(RecordBatch::try_new(Arc::new(schema), cols)?)
+}
+
+fn ts_array(v: Vec<Option<i64>>) -> ArrayRef {
+    Arc::new(TimestampMicrosecondArray::from(v).with_timezone("UTC"))
+}
+
+fn chunk_files_rows(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    let (mut ht, mut cn, mut rs, mut re, mut fp, mut rc, mut bs) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    for t in tables_of(engine, db) {
+        for f in &t.files {
+            ht.push(t.name.clone());
+            cn.push(t.chunk_name(f.chunk_start));
+            let iv = t.chunk_interval_micros;
+            rs.push(iv.map(|_| f.chunk_start));
+            re.push(iv.map(|iv| f.chunk_start.saturating_add(iv)));
+            fp.push(f.path.clone());
+            rc.push(f.rows as i64);
+            bs.push(f.bytes as i64);
+        }
+    }
+    batch(
+        chunk_files_schema(),
+        vec![
+            Arc::new(StringArray::from(ht)),
+            Arc::new(StringArray::from(cn)),
+            ts_array(rs),
+            ts_array(re),
+            Arc::new(StringArray::from(fp)),
+            Arc::new(Int64Array::from(rc)),
+            Arc::new(Int64Array::from(bs)),
+        ],
+    )
+}
+
+/// Chunk starts of a hypertable: those with files and those only in memory.
+fn chunk_starts(engine: &Engine, t: &TableDef) -> BTreeSet<i64> {
+    let mut s: BTreeSet<i64> = t.files.iter().map(|f| f.chunk_start).collect();
+    if let Some(v) = engine.writer.view(t.id) {
+        s.extend(
+            v.mem
+                .iter()
+                .filter(|(_, b)| b.iter().any(|b| b.num_rows() > 0))
+                .map(|(c, _)| *c),
+        );
+    }
+    s
+}
+
+fn hypertables_schema() -> Schema {
+    Schema::new(vec![
+        text("hypertable_schema"),
+        text("hypertable_name"),
+        text("owner"),
+        Field::new("num_dimensions", DataType::Int16, false),
+        Field::new("num_chunks", DataType::Int64, false),
+        Field::new("compression_enabled", DataType::Boolean, false),
+        text("tablespaces"),
+    ])
+}
+
+fn hypertables(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    let hts: Vec<_> = tables_of(engine, db)
+        .into_iter()
+        .filter(|t| t.is_hypertable())
+        .collect();
+    let n = hts.len();
+    batch(
+        hypertables_schema(),
+        vec![
+            Arc::new(StringArray::from(vec!["public"; n])),
+            Arc::new(StringArray::from(
+                hts.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(vec!["sundial"; n])),
+            Arc::new(Int16Array::from(vec![1i16; n])),
+            Arc::new(Int64Array::from(
+                hts.iter()
+                    .map(|t| chunk_starts(engine, t).len() as i64)
+                    .collect::<Vec<_>>(),
+            )),
+            Arc::new(BooleanArray::from(vec![false; n])),
+            Arc::new(StringArray::from(vec![None::<String>; n])),
+        ],
+    )
+}
+
+fn chunks_schema() -> Schema {
+    Schema::new(vec![
+        text("hypertable_schema"),
+        text("hypertable_name"),
+        text("chunk_schema"),
+        text("chunk_name"),
+        text("primary_dimension"),
+        text("primary_dimension_type"),
+        Field::new("range_start", tstz(), true),
+        Field::new("range_end", tstz(), true),
+        Field::new("range_start_integer", DataType::Int64, true),
+        Field::new("range_end_integer", DataType::Int64, true),
+        Field::new("is_compressed", DataType::Boolean, false),
+        text("chunk_tablespace"),
+    ])
+}
+
+fn chunks(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    let (mut ht, mut cn, mut pd, mut pt, mut rs, mut re) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for t in tables_of(engine, db)
+        .into_iter()
+        .filter(|t| t.is_hypertable())
+    {
+        let iv = t.chunk_interval_micros.unwrap_or(0);
+        let tc = t.time_column.clone().unwrap_or_default();
+        let ty = t
+            .column(&tc)
+            .map(|c| c.sql_type.pg_name())
+            .unwrap_or_default();
+        for start in chunk_starts(engine, &t) {
+            ht.push(t.name.clone());
+            cn.push(t.chunk_name(start));
+            pd.push(tc.clone());
+            pt.push(ty.clone());
+            rs.push(Some(start));
+            re.push(Some(start.saturating_add(iv)));
+        }
+    }
+    let n = ht.len();
+    batch(
+        chunks_schema(),
+        vec![
+            Arc::new(StringArray::from(vec!["public"; n])),
+            Arc::new(StringArray::from(ht)),
+            Arc::new(StringArray::from(vec!["_timescaledb_internal"; n])),
+            Arc::new(StringArray::from(cn)),
+            Arc::new(StringArray::from(pd)),
+            Arc::new(StringArray::from(pt)),
+            ts_array(rs),
+            ts_array(re),
+            Arc::new(Int64Array::from(vec![None; n])),
+            Arc::new(Int64Array::from(vec![None; n])),
+            Arc::new(BooleanArray::from(vec![false; n])),
+            Arc::new(StringArray::from(vec![None::<String>; n])),
+        ],
+    )
+}
+
+fn dimensions_schema() -> Schema {
+    Schema::new(vec![
+        text("hypertable_schema"),
+        text("hypertable_name"),
+        Field::new("dimension_number", DataType::Int64, false),
+        text("column_name"),
+        text("column_type"),
+        text("dimension_type"),
+        Field::new(
+            "time_interval",
+            DataType::Interval(IntervalUnit::MonthDayNano),
+            true,
+        ),
+        Field::new("integer_interval", DataType::Int64, true),
+        text("integer_now_func"),
+        Field::new("num_partitions", DataType::Int16, true),
+    ])
+}
+
+fn dimensions(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    let hts: Vec<_> = tables_of(engine, db)
+        .into_iter()
+        .filter(|t| t.is_hypertable())
+        .collect();
+    let n = hts.len();
+    let iv: Vec<Option<IntervalMonthDayNano>> = hts
+        .iter()
+        .map(|t| {
+            let micros = t.chunk_interval_micros.unwrap_or(0);
+            let days = micros / 86_400_000_000;
+            let rest = micros % 86_400_000_000;
+            Some(IntervalMonthDayNano::new(0, days as i32, rest * 1000))
+        })
+        .collect();
+    batch(
+        dimensions_schema(),
+        vec![
+            Arc::new(StringArray::from(vec!["public"; n])),
+            Arc::new(StringArray::from(
+                hts.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(vec![1i64; n])),
+            Arc::new(StringArray::from(
+                hts.iter()
+                    .map(|t| t.time_column.clone().unwrap_or_default())
+                    .collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(
+                hts.iter()
+                    .map(|t| {
+                        t.time_column
+                            .as_deref()
+                            .and_then(|c| t.column(c))
+                            .map(|c| c.sql_type.pg_name())
+                            .unwrap_or_default()
+                    })
+                    .collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(vec!["Time"; n])),
+            Arc::new(IntervalMonthDayNanoArray::from(iv)),
+            Arc::new(Int64Array::from(vec![None; n])),
+            Arc::new(StringArray::from(vec![None::<String>; n])),
+            Arc::new(Int16Array::from(vec![None; n])),
+        ],
+    )
+}

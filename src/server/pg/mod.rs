@@ -1,0 +1,599 @@
+//! PostgreSQL wire protocol (pgwire): startup with trust authentication and
+//! database check, simple and extended query, cancel requests, and encoding of
+//! Arrow results in text or binary per column.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
+use async_trait::async_trait;
+use futures::{Sink, SinkExt, Stream, StreamExt};
+use parking_lot::Mutex;
+use pgwire::api::auth::{
+    ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
+    save_startup_parameters_to_metadata,
+};
+use pgwire::api::cancel::CancelHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::PortalStore;
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireServerHandlers,
+    PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::cancel::CancelRequest;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::sql::{self, Output, Prepared, Session};
+
+/// Converts a Sundial error to a client-visible ErrorResponse.
+pub fn to_pg(e: Error) -> PgWireError {
+    let code = e.sqlstate();
+    let msg = match &e {
+        Error::DataFusion(df) => strip_df(&df.to_string()),
+        other => other.to_string(),
+    };
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_owned(),
+        code.to_owned(),
+        msg,
+    )))
+}
+
+/// DataFusion prefixes messages with "Error during planning: " and the like.
+fn strip_df(m: &str) -> String {
+    let m = m.trim();
+    for p in [
+        "Error during planning: ",
+        "Execution error: ",
+        "SQL error: ",
+        "Schema error: ",
+        "External error: ",
+        "Arrow error: ",
+        "This feature is not implemented: ",
+        "Optimizer rule 'type_coercion' failed\ncaused by\n",
+    ] {
+        if let Some(rest) = m.strip_prefix(p) {
+            return strip_df(rest);
+        }
+    }
+    m.to_string()
+}
+
+/// Per-connection state kept in pgwire's session extensions.
+struct Conn {
+    session: Session,
+    /// Cancel token of the statement running now.
+    cancel: Mutex<CancellationToken>,
+}
+
+/// Cancel tokens by backend pid, with their secret keys.
+type Registry = Mutex<HashMap<i32, (bytes::Bytes, Arc<Conn>)>>;
+
+/// The shared handler: one instance serves every connection.
+pub struct Handler {
+    engine: Arc<Engine>,
+    manager: Arc<ConnectionManager>,
+    registry: Arc<Registry>,
+    parser: Arc<Parser>,
+}
+
+fn conn<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Conn>> {
+    client
+        .session_extensions()
+        .get::<Conn>()
+        .ok_or_else(|| to_pg(Error::Internal("connection has no session".into())))
+}
+
+struct Params {
+    user: String,
+    app: Option<String>,
+}
+
+impl ServerParameterProvider for Params {
+    fn server_parameters<C: ClientInfo>(&self, _client: &C) -> Option<HashMap<String, String>> {
+        let mut m = HashMap::new();
+        for (k, v) in [
+            ("server_version", "15.6"),
+            ("server_encoding", "UTF8"),
+            ("client_encoding", "UTF8"),
+            ("DateStyle", "ISO, MDY"),
+            ("IntervalStyle", "postgres"),
+            ("TimeZone", "UTC"),
+            ("integer_datetimes", "on"),
+            ("standard_conforming_strings", "on"),
+            ("is_superuser", "on"),
+            ("in_hot_standby", "off"),
+            ("default_transaction_read_only", "off"),
+        ] {
+            m.insert(k.to_string(), v.to_string());
+        }
+        m.insert("session_authorization".into(), self.user.clone());
+        m.insert(
+            "application_name".into(),
+            self.app.clone().unwrap_or_default(),
+        );
+        Some(m)
+    }
+}
+
+#[async_trait]
+impl StartupHandler for Handler {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let PgWireFrontendMessage::Startup(ref startup) = message else {
+            return Ok(());
+        };
+        protocol_negotiation(client, startup).await?;
+        save_startup_parameters_to_metadata(client, startup);
+        let user = client
+            .metadata()
+            .get(pgwire::api::METADATA_USER)
+            .cloned()
+            .unwrap_or_else(|| "sundial".into());
+        let db = client
+            .metadata()
+            .get(pgwire::api::METADATA_DATABASE)
+            .cloned()
+            .unwrap_or_else(|| user.clone());
+        let (pid, secret) = RandomPidSecretKeyGenerator::default().generate(client);
+        let pid = (std::process::id() as i32)
+            .wrapping_mul(1000)
+            .wrapping_add(pid)
+            .abs();
+        let session = match Session::new(self.engine.clone(), &db, &user, pid) {
+            Ok(s) => s,
+            Err(e) => {
+                let info = ErrorInfo::new("FATAL".into(), e.sqlstate().into(), e.to_string());
+                return Err(PgWireError::UserError(Box::new(info)));
+            }
+        };
+        client.set_pid_and_secret_key(pid, secret.clone());
+        let (handle, guard) = self.manager.register(pid, secret.clone());
+        client
+            .session_extensions()
+            .insert::<Arc<ConnectionHandle>>(handle);
+        client.session_extensions().insert(guard);
+        let c = Arc::new(Conn {
+            session,
+            cancel: Mutex::new(CancellationToken::new()),
+        });
+        self.registry
+            .lock()
+            .insert(pid, (secret.to_bytes(), c.clone()));
+        client.session_extensions().insert(ConnRef(c));
+        let app = client.metadata().get("application_name").cloned();
+        finish_authentication(client, &Params { user, app }).await?;
+        Ok(())
+    }
+}
+
+/// Wrapper so the session can be looked up by type in the extensions.
+struct ConnRef(Arc<Conn>);
+
+fn conn_of<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Conn>> {
+    client
+        .session_extensions()
+        .get::<ConnRef>()
+        .map(|r| r.0.clone())
+        .or_else(|| conn(client).ok())
+        .ok_or_else(|| to_pg(Error::Internal("connection has no session".into())))
+}
+
+#[async_trait]
+impl CancelHandler for Handler {
+    async fn on_cancel_request(&self, req: CancelRequest) {
+        let target = self.registry.lock().get(&req.pid).cloned();
+        if let Some((secret, c)) = target
+            && secret == req.secret_key.to_bytes()
+        {
+            c.cancel.lock().cancel();
+            self.manager.cancel(req.pid, &req.secret_key).await;
+        }
+    }
+}
+
+/// Ends a row stream with 57014 once the statement is canceled.
+struct Cancelable<S> {
+    inner: S,
+    cancel: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    done: bool,
+}
+
+impl<S> Stream for Cancelable<S>
+where
+    S: Stream<Item = PgWireResult<pgwire::messages::data::DataRow>> + Unpin,
+{
+    type Item = PgWireResult<pgwire::messages::data::DataRow>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if self.cancel.as_mut().poll(cx).is_ready() {
+            self.done = true;
+            return Poll::Ready(Some(Err(to_pg(Error::Canceled))));
+        }
+        self.inner.poll_next_unpin(cx)
+    }
+}
+
+/// Renders `timestamptz` values in the session time zone, as PostgreSQL does.
+fn localize(batch: RecordBatch, tz: &str) -> datafusion::error::Result<RecordBatch> {
+    if tz == "UTC" {
+        return Ok(batch);
+    }
+    let schema = batch.schema();
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Timestamp(_, Some(_))))
+    {
+        return Ok(batch);
+    }
+    let mut fields = vec![];
+    let mut cols = vec![];
+    for (f, c) in schema.fields().iter().zip(batch.columns()) {
+        if let DataType::Timestamp(u, Some(_)) = f.data_type() {
+            let dt = DataType::Timestamp(*u, Some(Arc::from(tz)));
+            cols.push(arrow::compute::cast(c, &dt)?);
+            fields.push(f.as_ref().clone().with_data_type(dt));
+        } else {
+            cols.push(c.clone());
+            fields.push(f.as_ref().clone());
+        }
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(arrow::datatypes::Schema::new(fields)),
+        cols,
+    )?)
+}
+
+fn tag_of(tag: &str) -> Tag {
+    if let Some(n) = tag.strip_prefix("INSERT 0 ")
+        && let Ok(n) = n.parse::<usize>()
+    {
+        return Tag::new("INSERT").with_oid(0).with_rows(n);
+    }
+    Tag::new(tag)
+}
+
+fn fields_for(schema: &SchemaRef, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
+    arrow_schema_to_pg_fields(schema, format, None)
+}
+
+fn to_response(c: &Conn, out: Output, format: &Format) -> PgWireResult<Response> {
+    Ok(match out {
+        Output::Command(tag) => Response::Execution(tag_of(&tag)),
+        Output::TxStart(tag) => Response::TransactionStart(Tag::new(&tag)),
+        Output::TxEnd(tag) => Response::TransactionEnd(Tag::new(&tag)),
+        Output::Rows(schema, stream) => {
+            let fields = Arc::new(fields_for(&schema, format)?);
+            let tz = c
+                .session
+                .settings
+                .read()
+                .get("timezone")
+                .cloned()
+                .unwrap_or_else(|| "UTC".into());
+            let tz = crate::sql::session::normalize_tz(&tz).unwrap_or_else(|_| "UTC".into());
+            let f2 = fields.clone();
+            let rows = stream
+                .map(move |b| {
+                    let it: Box<dyn Iterator<Item = PgWireResult<_>> + Send + Sync> =
+                        match b.and_then(|b| localize(b, &tz)) {
+                            Ok(b) => encode_recordbatch(f2.clone(), b),
+                            Err(e) => Box::new(std::iter::once(Err(to_pg(Error::DataFusion(e))))),
+                        };
+                    futures::stream::iter(it)
+                })
+                .flatten();
+            let cancel = c.cancel.lock().clone();
+            let rows = Cancelable {
+                inner: Box::pin(rows),
+                cancel: Box::pin(cancel.cancelled_owned()),
+                done: false,
+            };
+            Response::Query(QueryResponse::new(fields, rows))
+        }
+    })
+}
+
+fn fresh_cancel(c: &Conn) {
+    *c.cancel.lock() = CancellationToken::new();
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Handler {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let c = conn_of(client)?;
+        fresh_cancel(&c);
+        let stmts = match sql::parse(query) {
+            Ok(s) => s,
+            Err(e) => return Ok(vec![Response::Error(Box::new(err_info(e)))]),
+        };
+        let mut out = vec![];
+        for stmt in stmts {
+            let res = async {
+                let p = c.session.prepare(stmt).await?;
+                c.session.execute(&p, None).await
+            }
+            .await;
+            match res {
+                Ok(o) => out.push(to_response(&c, o, &Format::UnifiedText)?),
+                Err(e) => {
+                    out.push(Response::Error(Box::new(err_info(e))));
+                    break;
+                }
+            }
+        }
+        let _ = client.flush().await;
+        Ok(out)
+    }
+}
+
+fn err_info(e: Error) -> ErrorInfo {
+    match to_pg(e) {
+        PgWireError::UserError(i) => *i,
+        other => ErrorInfo::new("ERROR".into(), "XX000".into(), other.to_string()),
+    }
+}
+
+/// A statement prepared with Parse.
+#[derive(Clone, Debug)]
+pub struct Stmt {
+    prepared: Prepared,
+}
+
+/// Plans statements at Parse time.
+pub struct Parser;
+
+fn param_types(p: &Prepared) -> Vec<Option<DataType>> {
+    let Prepared::Plan { plan, .. } = p else {
+        return vec![];
+    };
+    let Ok(types) = plan.get_parameter_types() else {
+        return vec![];
+    };
+    let mut v: Vec<(usize, Option<DataType>)> = types
+        .into_iter()
+        .filter_map(|(k, t)| {
+            k.trim_start_matches('$')
+                .parse::<usize>()
+                .ok()
+                .map(|i| (i, t))
+        })
+        .collect();
+    v.sort_by_key(|(i, _)| *i);
+    let n = v.last().map(|(i, _)| *i).unwrap_or(0);
+    let mut out = vec![None; n];
+    for (i, t) in v {
+        if i >= 1 {
+            out[i - 1] = t;
+        }
+    }
+    out
+}
+
+fn result_schema(p: &Prepared) -> Option<SchemaRef> {
+    match p {
+        Prepared::Plan { plan, is_dml } => {
+            if *is_dml {
+                None
+            } else {
+                Some(Arc::new(plan.schema().as_arrow().clone()))
+            }
+        }
+        Prepared::Native(stmt) => {
+            sql::session::result_schema(stmt).or_else(|| sql::ddl::result_schema(stmt))
+        }
+    }
+}
+
+#[async_trait]
+impl QueryParser for Parser {
+    type Statement = Stmt;
+
+    async fn parse_sql<C>(
+        &self,
+        client: &C,
+        sql_text: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Stmt>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let c = conn_of(client)?;
+        let mut stmts = sql::parse(sql_text).map_err(to_pg)?;
+        if stmts.len() > 1 {
+            return Err(to_pg(Error::sql(
+                "42601",
+                "cannot insert multiple commands into a prepared statement",
+            )));
+        }
+        let Some(stmt) = stmts.pop() else {
+            return Ok(None);
+        };
+        let prepared = c.session.prepare(stmt).await.map_err(to_pg)?;
+        Ok(Some(Stmt { prepared }))
+    }
+
+    fn get_parameter_types(&self, stmt: &Stmt) -> PgWireResult<Vec<Type>> {
+        param_types(&stmt.prepared)
+            .iter()
+            .map(|t| match t {
+                Some(dt) => into_pg_type(dt),
+                None => Ok(Type::TEXT),
+            })
+            .collect()
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Stmt,
+        format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        match result_schema(&stmt.prepared) {
+            Some(s) => fields_for(&s, format.unwrap_or(&Format::UnifiedText)),
+            None => Ok(vec![]),
+        }
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Handler {
+    type Statement = Stmt;
+    type QueryParser = Parser;
+
+    fn query_parser(&self) -> Arc<Parser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Stmt>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Stmt>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let c = conn_of(client)?;
+        fresh_cancel(&c);
+        let prepared = &portal.statement.statement.prepared;
+        let types = param_types(prepared);
+        let params = if types.is_empty() && portal.parameter_len() == 0 {
+            None
+        } else {
+            if portal.parameter_len() != types.len() {
+                return Err(to_pg(Error::sql(
+                    "08P01",
+                    format!(
+                        "bind message supplies {} parameters, but prepared statement requires {}",
+                        portal.parameter_len(),
+                        types.len()
+                    ),
+                )));
+            }
+            let refs: Vec<Option<&DataType>> = types.iter().map(|t| t.as_ref()).collect();
+            let values = arrow_pg::datatypes::df::deserialize_parameters(portal, &refs)?;
+            Some(coerce_params(values, &types).map_err(to_pg)?)
+        };
+        let out = c.session.execute(prepared, params).await.map_err(to_pg)?;
+        to_response(&c, out, &portal.result_column_format)
+    }
+}
+
+/// Casts bound values to the types the plan expects.
+fn coerce_params(
+    values: datafusion::common::ParamValues,
+    types: &[Option<DataType>],
+) -> crate::Result<datafusion::common::ParamValues> {
+    use datafusion::common::ParamValues;
+    match values {
+        ParamValues::List(list) => {
+            let mut out = Vec::with_capacity(list.len());
+            for (i, v) in list.into_iter().enumerate() {
+                let target = types.get(i).cloned().flatten();
+                let value = v.value;
+                let value = match target {
+                    Some(dt) if value.data_type() != dt => value.cast_to(&dt).map_err(|e| {
+                        Error::sql(
+                            "22P02",
+                            format!("parameter ${} cannot be converted to {dt}: {e}", i + 1),
+                        )
+                    })?,
+                    _ => value,
+                };
+                out.push(datafusion::common::metadata::ScalarAndMetadata::from(value));
+            }
+            Ok(ParamValues::List(out))
+        }
+        other => Ok(other),
+    }
+}
+
+/// Handler factory handed to pgwire for each socket.
+pub struct Factory {
+    handler: Arc<Handler>,
+}
+
+impl PgWireServerHandlers for Factory {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.handler.clone()
+    }
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.handler.clone()
+    }
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        self.handler.clone()
+    }
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        self.handler.clone()
+    }
+}
+
+/// Accepts Postgres clients until shutdown.
+pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
+    let handler = Arc::new(Handler {
+        engine: engine.clone(),
+        manager: Arc::new(ConnectionManager::new()),
+        registry: Arc::new(Mutex::new(HashMap::new())),
+        parser: Arc::new(Parser),
+    });
+    let factory = Arc::new(Factory {
+        handler: handler.clone(),
+    });
+    let shutdown = engine.shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            acc = listener.accept() => match acc {
+                Ok((sock, _)) => {
+                    let _ = sock.set_nodelay(true);
+                    let f = factory.clone();
+                    let h = handler.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = pgwire::tokio::process_socket(sock, None, f).await {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                        // forget sessions whose connection is gone
+                        h.registry.lock().retain(|_, (_, c)| Arc::strong_count(c) > 1);
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}

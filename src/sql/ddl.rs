@@ -1,0 +1,737 @@
+//! DDL and management functions: CREATE/DROP DATABASE, CREATE/DROP/ALTER TABLE
+//! (with TimescaleDB hypertable options), `create_hypertable(...)` in its legacy
+//! and `by_range` forms, and `sundial_flush()`.
+
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::sql::sqlparser::ast::{
+    self, AlterTableOperation, ColumnOption, CreateTableOptions, Expr, FunctionArg,
+    FunctionArgExpr, FunctionArguments, ObjectType, SelectItem, SetExpr, SqlOption, Statement,
+    Value,
+};
+use object_store::ObjectStoreExt;
+
+use super::{Output, Session, interval};
+use crate::catalog::{ColumnDef, DatabaseDef, SqlType, TableDef};
+use crate::error::{Error, Result};
+
+/// Management functions called as `SELECT f(...)`.
+const FUNCTIONS: [&str; 3] = [
+    "create_hypertable",
+    "sundial_flush",
+    "set_chunk_time_interval",
+];
+
+/// Whether `stmt` is DDL or a management function call Sundial runs itself.
+pub fn handles(stmt: &Statement) -> bool {
+    match stmt {
+        Statement::CreateTable(_) | Statement::CreateDatabase { .. } | Statement::AlterTable(_) => {
+            true
+        }
+        Statement::Drop { object_type, .. } => {
+            matches!(object_type, ObjectType::Table | ObjectType::Database)
+        }
+        Statement::Query(_) => management_call(stmt).is_some(),
+        _ => false,
+    }
+}
+
+/// Result schema of a management function call.
+pub fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
+    let (name, _) = management_call(stmt)?;
+    let dt = if name == "sundial_flush" {
+        DataType::Utf8
+    } else {
+        DataType::Utf8
+    };
+    Some(Arc::new(Schema::new(vec![Field::new(name, dt, true)])))
+}
+
+/// `SELECT name(args)` with nothing else: the function name and its arguments.
+fn management_call(stmt: &Statement) -> Option<(String, Vec<FunctionArg>)> {
+    let Statement::Query(q) = stmt else {
+        return None;
+    };
+    let SetExpr::Select(sel) = q.body.as_ref() else {
+        return None;
+    };
+    if !sel.from.is_empty() || sel.projection.len() != 1 || sel.selection.is_some() {
+        return None;
+    }
+    let expr = match &sel.projection[0] {
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+        _ => return None,
+    };
+    let Expr::Function(f) = expr else { return None };
+    let name = f.name.to_string().to_ascii_lowercase();
+    let name = name.trim_start_matches("public.").to_string();
+    if !FUNCTIONS.contains(&name.as_str()) {
+        return None;
+    }
+    let args = match &f.args {
+        FunctionArguments::List(l) => l.args.clone(),
+        FunctionArguments::None => vec![],
+        FunctionArguments::Subquery(_) => return None,
+    };
+    Some((name, args))
+}
+
+fn one_text_row(name: &str, value: String) -> Result<Output> {
+    let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, true)]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(StringArray::from(vec![value]))],
+    )?;
+    let stream =
+        RecordBatchStreamAdapter::new(schema.clone(), futures::stream::iter(vec![Ok(batch)]));
+    Ok(Output::Rows(schema, Box::pin(stream)))
+}
+
+/// Runs a DDL statement or management function.
+pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
+    match stmt {
+        Statement::CreateTable(ct) => create_table(s, ct),
+        Statement::CreateDatabase {
+            db_name,
+            if_not_exists,
+            ..
+        } => create_database(s, &ident_name(db_name)?, *if_not_exists),
+        Statement::Drop {
+            object_type: ObjectType::Database,
+            if_exists,
+            names,
+            ..
+        } => {
+            for n in names {
+                drop_database(s, &ident_name(n)?, *if_exists).await?;
+            }
+            Ok(Output::Command("DROP DATABASE".into()))
+        }
+        Statement::Drop {
+            object_type: ObjectType::Table,
+            if_exists,
+            names,
+            ..
+        } => {
+            for n in names {
+                drop_table(s, &table_name(n)?, *if_exists).await?;
+            }
+            Ok(Output::Command("DROP TABLE".into()))
+        }
+        Statement::AlterTable(at) => alter_table(s, at),
+        Statement::Query(_) => {
+            let (name, args) =
+                management_call(stmt).ok_or_else(|| Error::Internal("not a call".into()))?;
+            match name.as_str() {
+                "create_hypertable" => create_hypertable(s, &args),
+                "set_chunk_time_interval" => set_chunk_time_interval(s, &args),
+                "sundial_flush" => {
+                    let n = s.engine.writer.flush_all().await?;
+                    one_text_row("sundial_flush", n.to_string())
+                }
+                _ => Err(Error::Internal(format!("unhandled function {name}"))),
+            }
+        }
+        other => Err(Error::NotSupported(format!(
+            "statement not supported: {other}"
+        ))),
+    }
+}
+
+/// Last part of an object name, as PostgreSQL folds it (unquoted → lower case).
+fn ident_name(n: &ast::ObjectName) -> Result<String> {
+    let part =
+        n.0.last()
+            .ok_or_else(|| Error::Parse("empty name".into()))?;
+    let ident = part
+        .as_ident()
+        .ok_or_else(|| Error::Parse(format!("invalid name {n}")))?;
+    Ok(fold(ident))
+}
+
+fn fold(i: &ast::Ident) -> String {
+    if i.quote_style.is_some() {
+        i.value.clone()
+    } else {
+        i.value.to_ascii_lowercase()
+    }
+}
+
+/// Table name; `public.t` and `t` are the same table.
+fn table_name(n: &ast::ObjectName) -> Result<String> {
+    if n.0.len() > 1 {
+        let schema = n.0[n.0.len() - 2].as_ident().map(fold).unwrap_or_default();
+        if schema != "public" {
+            return Err(Error::sql(
+                "3F000",
+                format!("schema \"{schema}\" does not exist"),
+            ));
+        }
+    }
+    ident_name(n)
+}
+
+fn create_database(s: &Session, name: &str, if_not_exists: bool) -> Result<Output> {
+    s.engine.catalog.update(|m| {
+        if m.databases.contains_key(name) {
+            if if_not_exists {
+                return Ok(());
+            }
+            return Err(Error::DuplicateDatabase(name.to_string()));
+        }
+        let id = m.alloc_id();
+        m.databases.insert(
+            name.to_string(),
+            DatabaseDef {
+                id,
+                tables: Default::default(),
+            },
+        );
+        Ok(())
+    })?;
+    Ok(Output::Command("CREATE DATABASE".into()))
+}
+
+async fn drop_database(s: &Session, name: &str, if_exists: bool) -> Result<()> {
+    if name == s.db {
+        return Err(Error::sql(
+            "55006",
+            "cannot drop the currently open database",
+        ));
+    }
+    let removed = s
+        .engine
+        .catalog
+        .update(|m| match m.databases.remove(name) {
+            Some(d) => Ok(Some(d)),
+            None if if_exists => Ok(None),
+            None => Err(Error::UndefinedDatabase(name.to_string())),
+        })?;
+    if let Some(d) = removed {
+        for t in d.tables.values() {
+            s.engine.writer.forget_table(t.id);
+            delete_files(s, t).await;
+        }
+    }
+    Ok(())
+}
+
+async fn delete_files(s: &Session, t: &TableDef) {
+    for f in &t.files {
+        let path = object_store::path::Path::from(f.path.as_str());
+        if let Err(e) = s.engine.store.delete(&path).await {
+            tracing::warn!(path = %f.path, error = %e, "could not delete chunk file");
+        }
+    }
+}
+
+async fn drop_table(s: &Session, name: &str, if_exists: bool) -> Result<()> {
+    let db = s.db.clone();
+    let removed = s.engine.catalog.update(|m| {
+        let d = m.database_mut(&db)?;
+        match d.tables.remove(name) {
+            Some(t) => Ok(Some(t)),
+            None if if_exists => Ok(None),
+            None => Err(Error::UndefinedTable(name.to_string())),
+        }
+    })?;
+    if let Some(t) = removed {
+        s.engine.writer.forget_table(t.id);
+        delete_files(s, &t).await;
+    }
+    Ok(())
+}
+
+fn column_def(c: &ast::ColumnDef) -> Result<ColumnDef> {
+    let sql_type = SqlType::parse(&c.data_type.to_string())?;
+    let mut nullable = true;
+    for o in &c.options {
+        match &o.option {
+            ColumnOption::NotNull => nullable = false,
+            ColumnOption::Null => nullable = true,
+            ColumnOption::PrimaryKey(_) => nullable = false,
+            _ => {}
+        }
+    }
+    Ok(ColumnDef {
+        name: fold(&c.name),
+        sql_type,
+        nullable,
+    })
+}
+
+/// Hypertable settings gathered from `WITH (...)` or `create_hypertable(...)`.
+#[derive(Default)]
+struct HyperOpts {
+    hypertable: bool,
+    partition_column: Option<String>,
+    chunk_interval: Option<i64>,
+}
+
+fn literal_text(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Some(s.clone()),
+            Value::Number(n, _) => Some(n.clone()),
+            Value::Boolean(b) => Some(b.to_string()),
+            _ => None,
+        },
+        Expr::Identifier(i) => Some(i.value.clone()),
+        Expr::Interval(iv) => literal_text(&iv.value).map(|v| match &iv.leading_field {
+            Some(f) => format!("{v} {f}"),
+            None => v,
+        }),
+        Expr::Cast { expr, .. } => literal_text(expr),
+        Expr::Nested(e) => literal_text(e),
+        _ => None,
+    }
+}
+
+fn truthy(s: &str) -> bool {
+    matches!(
+        s.to_ascii_lowercase().as_str(),
+        "true" | "on" | "t" | "1" | "yes"
+    )
+}
+
+fn parse_chunk_interval(text: &str) -> Result<i64> {
+    let micros = interval::parse_interval_micros(text).map_err(|e| Error::sql("22007", e))?;
+    if micros <= 0 {
+        return Err(Error::sql(
+            "22023",
+            "chunk interval must be greater than zero",
+        ));
+    }
+    Ok(micros)
+}
+
+fn with_options(ct: &ast::CreateTable) -> Result<HyperOpts> {
+    let opts = match &ct.table_options {
+        CreateTableOptions::With(o) => o.clone(),
+        _ => vec![],
+    };
+    let mut h = HyperOpts::default();
+    for o in opts {
+        let SqlOption::KeyValue { key, value } = o else {
+            continue;
+        };
+        let k = key.value.to_ascii_lowercase();
+        let Some(short) = k
+            .strip_prefix("tsdb.")
+            .or_else(|| k.strip_prefix("timescaledb."))
+        else {
+            continue; // storage parameters such as fillfactor are ignored
+        };
+        let v = literal_text(&value).unwrap_or_else(|| value.to_string());
+        match short {
+            "hypertable" => h.hypertable = truthy(&v),
+            "partition_column" | "time_column" => h.partition_column = Some(v),
+            "chunk_interval" | "chunk_time_interval" => {
+                h.chunk_interval = Some(parse_chunk_interval(&v)?)
+            }
+            // Accepted and ignored: Sundial always stores chunks as compressed, sorted Parquet.
+            "create_default_indexes"
+            | "compress"
+            | "enable_columnstore"
+            | "columnstore"
+            | "segmentby"
+            | "orderby"
+            | "compress_segmentby"
+            | "compress_orderby"
+            | "associated_schema_name"
+            | "associated_table_prefix"
+            | "sparse_index"
+            | "compress_chunk_time_interval" => {}
+            "partition_func"
+            | "partitioning_func"
+            | "number_partitions"
+            | "partitioning_column"
+            | "time_partitioning_func" => {
+                return Err(Error::NotSupported(format!(
+                    "hypertable option \"{k}\" is not supported by Sundial"
+                )));
+            }
+            _ => {
+                return Err(Error::sql(
+                    "22023",
+                    format!("unrecognized parameter \"{k}\""),
+                ));
+            }
+        }
+    }
+    Ok(h)
+}
+
+fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
+    if ct.query.is_some() {
+        return Err(Error::NotSupported(
+            "CREATE TABLE AS is not supported; use CREATE TABLE then INSERT ... SELECT".into(),
+        ));
+    }
+    let name = table_name(&ct.name)?;
+    let mut columns = ct
+        .columns
+        .iter()
+        .map(column_def)
+        .collect::<Result<Vec<_>>>()?;
+    for (i, c) in columns.iter().enumerate() {
+        if columns[..i].iter().any(|p| p.name == c.name) {
+            return Err(Error::DuplicateColumn(c.name.clone()));
+        }
+    }
+    let opts = with_options(ct)?;
+    let (time_column, interval) = if opts.hypertable {
+        let tc = match opts.partition_column {
+            Some(c) => c,
+            None => default_time_column(&columns).ok_or_else(|| {
+                Error::sql(
+                    "42703",
+                    "a hypertable needs a timestamptz, timestamp or date column (tsdb.partition_column)",
+                )
+            })?,
+        };
+        let col = columns
+            .iter_mut()
+            .find(|c| c.name == tc)
+            .ok_or_else(|| Error::UndefinedColumn(tc.clone()))?;
+        check_time_type(col)?;
+        col.nullable = false;
+        (
+            Some(tc),
+            Some(
+                opts.chunk_interval
+                    .unwrap_or(s.engine.config.chunk_interval_micros),
+            ),
+        )
+    } else {
+        (None, None)
+    };
+    let db = s.db.clone();
+    let created = s.engine.catalog.update(|m| {
+        let id = m.alloc_id();
+        let d = m.database_mut(&db)?;
+        if d.tables.contains_key(&name) {
+            if ct.if_not_exists {
+                return Ok(false);
+            }
+            return Err(Error::DuplicateTable(name.clone()));
+        }
+        d.tables.insert(
+            name.clone(),
+            Arc::new(TableDef {
+                id,
+                name: name.clone(),
+                columns,
+                time_column,
+                chunk_interval_micros: interval,
+                files: vec![],
+            }),
+        );
+        Ok(true)
+    })?;
+    let _ = created;
+    Ok(Output::Command("CREATE TABLE".into()))
+}
+
+fn default_time_column(columns: &[ColumnDef]) -> Option<String> {
+    [SqlType::Timestamptz, SqlType::Timestamp, SqlType::Date]
+        .iter()
+        .find_map(|t| columns.iter().find(|c| &c.sql_type == t))
+        .map(|c| c.name.clone())
+}
+
+fn check_time_type(col: &ColumnDef) -> Result<()> {
+    if col.sql_type.is_time() {
+        Ok(())
+    } else if matches!(col.sql_type, SqlType::Int2 | SqlType::Int4 | SqlType::Int8) {
+        Err(Error::NotSupported(format!(
+            "integer time column \"{}\" is not supported yet; use timestamptz",
+            col.name
+        )))
+    } else {
+        Err(Error::sql(
+            "42804",
+            format!(
+                "invalid type for dimension \"{}\": {} is not a time type",
+                col.name,
+                col.sql_type.pg_name()
+            ),
+        ))
+    }
+}
+
+fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
+    let name = table_name(&at.name)?;
+    let db = s.db.clone();
+    let has_rows = |t: &TableDef| {
+        !t.files.is_empty()
+            || s.engine
+                .writer
+                .view(t.id)
+                .map(|v| !v.mem.is_empty())
+                .unwrap_or(false)
+    };
+    s.engine.catalog.update(|m| {
+        let d = m.database_mut(&db)?;
+        let Some(t) = d.tables.get_mut(&name) else {
+            if at.if_exists {
+                return Ok(());
+            }
+            return Err(Error::UndefinedTable(name.clone()));
+        };
+        for op in &at.operations {
+            match op {
+                AlterTableOperation::AddColumn {
+                    if_not_exists,
+                    column_def: cd,
+                    ..
+                } => {
+                    let mut c = column_def(cd)?;
+                    if t.column(&c.name).is_some() {
+                        if *if_not_exists {
+                            continue;
+                        }
+                        return Err(Error::DuplicateColumn(c.name));
+                    }
+                    if !c.nullable && has_rows(t) {
+                        return Err(Error::sql(
+                            "23502",
+                            format!(
+                                "column \"{}\" of relation \"{}\" contains null values",
+                                c.name, t.name
+                            ),
+                        ));
+                    }
+                    c.nullable = true;
+                    Arc::make_mut(t).columns.push(c);
+                }
+                other => {
+                    return Err(Error::NotSupported(format!(
+                        "ALTER TABLE {other} is not supported"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(Output::Command("ALTER TABLE".into()))
+}
+
+/// Splits function arguments into positional and named (`name => value`) ones.
+fn split_args(args: &[FunctionArg]) -> (Vec<Expr>, Vec<(String, Expr)>) {
+    let mut pos = vec![];
+    let mut named = vec![];
+    for a in args {
+        match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => pos.push(e.clone()),
+            FunctionArg::Named {
+                name,
+                arg: FunctionArgExpr::Expr(e),
+                ..
+            } => named.push((name.value.to_ascii_lowercase(), e.clone())),
+            FunctionArg::ExprNamed {
+                name,
+                arg: FunctionArgExpr::Expr(e),
+                ..
+            } => named.push((name.to_string().to_ascii_lowercase(), e.clone())),
+            _ => {}
+        }
+    }
+    (pos, named)
+}
+
+fn regclass_name(e: &Expr) -> Result<String> {
+    let text = literal_text(e).ok_or_else(|| {
+        Error::sql(
+            "42883",
+            "create_hypertable: the first argument must name a table, e.g. 'conditions'",
+        )
+    })?;
+    let last = text.rsplit('.').next().unwrap_or(&text);
+    Ok(if last.starts_with('"') {
+        last.trim_matches('"').to_string()
+    } else {
+        last.to_ascii_lowercase()
+    })
+}
+
+fn interval_arg(e: &Expr) -> Result<i64> {
+    let text = literal_text(e)
+        .ok_or_else(|| Error::sql("22023", format!("invalid chunk interval {e}")))?;
+    parse_chunk_interval(&text)
+}
+
+fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
+    let hint = "create_hypertable(relation, time_column [, chunk_time_interval => interval]) or create_hypertable(relation, by_range(column [, interval]))";
+    let (pos, named) = split_args(args);
+    let rel = pos
+        .first()
+        .or_else(|| named.iter().find(|(n, _)| n == "relation").map(|(_, e)| e))
+        .ok_or_else(|| {
+            Error::sql(
+                "42883",
+                format!("function create_hypertable() needs a relation. Hint: {hint}"),
+            )
+        })?;
+    let table = regclass_name(rel)?;
+    let mut by_range = false;
+    let mut column: Option<String> = None;
+    let mut interval: Option<i64> = None;
+    let mut if_not_exists = false;
+    match pos.get(1) {
+        Some(Expr::Function(f)) if f.name.to_string().eq_ignore_ascii_case("by_range") => {
+            by_range = true;
+            let (fpos, fnamed) = match &f.args {
+                FunctionArguments::List(l) => split_args(&l.args),
+                _ => (vec![], vec![]),
+            };
+            column = fpos.first().and_then(literal_text);
+            if let Some(iv) = fpos.get(1).or_else(|| {
+                fnamed
+                    .iter()
+                    .find(|(n, _)| n == "partition_interval")
+                    .map(|(_, e)| e)
+            }) {
+                interval = Some(interval_arg(iv)?);
+            }
+        }
+        Some(Expr::Function(f)) if f.name.to_string().eq_ignore_ascii_case("by_hash") => {
+            return Err(Error::NotSupported(
+                "by_hash space partitioning is not supported".into(),
+            ));
+        }
+        Some(e) => column = literal_text(e),
+        None => {}
+    }
+    for (n, e) in &named {
+        match n.as_str() {
+            "relation" => {}
+            "time_column_name" | "column_name" => column = literal_text(e),
+            "chunk_time_interval" => interval = Some(interval_arg(e)?),
+            "if_not_exists" => if_not_exists = literal_text(e).map(|v| truthy(&v)).unwrap_or(false),
+            "dimension" => {}
+            "create_default_indexes"
+            | "associated_schema_name"
+            | "associated_table_prefix"
+            | "migrate_data" => {}
+            "partitioning_column"
+            | "number_partitions"
+            | "partitioning_func"
+            | "time_partitioning_func"
+            | "chunk_sizing_func"
+            | "chunk_target_size" => {
+                return Err(Error::NotSupported(format!(
+                    "create_hypertable option \"{n}\" is not supported by Sundial"
+                )));
+            }
+            other => {
+                return Err(Error::sql(
+                    "42883",
+                    format!(
+                        "function create_hypertable has no parameter named \"{other}\". Hint: {hint}"
+                    ),
+                ));
+            }
+        }
+    }
+    let column = column.ok_or_else(|| {
+        Error::sql(
+            "42883",
+            format!("create_hypertable needs a time column. Hint: {hint}"),
+        )
+    })?;
+    let db = s.db.clone();
+    let default_iv = s.engine.config.chunk_interval_micros;
+    let (id, created) = s.engine.catalog.update(|m| {
+        let d = m.database_mut(&db)?;
+        let t = d
+            .tables
+            .get_mut(&table)
+            .ok_or_else(|| Error::UndefinedTable(table.clone()))?;
+        if t.is_hypertable() {
+            if if_not_exists {
+                return Ok((t.id, false));
+            }
+            return Err(Error::sql(
+                "TS110",
+                format!("table \"{table}\" is already a hypertable"),
+            ));
+        }
+        let has_rows = !t.files.is_empty()
+            || s.engine.writer.view(t.id).map(|v| !v.mem.is_empty()).unwrap_or(false);
+        if has_rows {
+            return Err(Error::sql(
+                "55000",
+                format!("table \"{table}\" is not empty; Sundial cannot migrate existing rows into chunks"),
+            ));
+        }
+        let tm = Arc::make_mut(t);
+        let col = tm
+            .columns
+            .iter_mut()
+            .find(|c| c.name == column)
+            .ok_or_else(|| Error::UndefinedColumn(column.clone()))?;
+        check_time_type(col)?;
+        col.nullable = false;
+        tm.time_column = Some(column.clone());
+        tm.chunk_interval_micros = Some(interval.unwrap_or(default_iv));
+        Ok((tm.id, true))
+    })?;
+    let flag = if created { "t" } else { "f" };
+    let text = if by_range {
+        format!("({id},{flag})")
+    } else {
+        format!("({id},public,{table},{flag})")
+    };
+    one_text_row("create_hypertable", text)
+}
+
+fn set_chunk_time_interval(s: &Session, args: &[FunctionArg]) -> Result<Output> {
+    let (pos, named) = split_args(args);
+    let table = regclass_name(pos.first().ok_or_else(|| {
+        Error::sql(
+            "42883",
+            "set_chunk_time_interval(hypertable, chunk_time_interval)",
+        )
+    })?)?;
+    let iv = pos
+        .get(1)
+        .or_else(|| {
+            named
+                .iter()
+                .find(|(n, _)| n == "chunk_time_interval")
+                .map(|(_, e)| e)
+        })
+        .ok_or_else(|| {
+            Error::sql(
+                "42883",
+                "set_chunk_time_interval(hypertable, chunk_time_interval)",
+            )
+        })?;
+    let micros = interval_arg(iv)?;
+    let db = s.db.clone();
+    s.engine.catalog.update(|m| {
+        let t = m
+            .database_mut(&db)?
+            .tables
+            .get_mut(&table)
+            .ok_or_else(|| Error::UndefinedTable(table.clone()))?;
+        if !t.is_hypertable() {
+            return Err(Error::sql(
+                "TS102",
+                format!("table \"{table}\" is not a hypertable"),
+            ));
+        }
+        if !t.files.is_empty() {
+            return Err(Error::NotSupported(
+                "changing the chunk interval of a hypertable that has chunk files".into(),
+            ));
+        }
+        Arc::make_mut(t).chunk_interval_micros = Some(micros);
+        Ok(())
+    })?;
+    one_text_row("set_chunk_time_interval", String::new())
+}

@@ -1,0 +1,179 @@
+//! SQL functions Sundial adds to DataFusion: `time_bucket` and the PostgreSQL
+//! session functions clients call on connect (`version()`, `current_setting()`,
+//! `current_database()`, `current_schema()`, `pg_backend_pid()`).
+
+pub mod time_bucket;
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, StringArray};
+use arrow::datatypes::DataType;
+use datafusion::common::ScalarValue;
+use datafusion::error::Result;
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::prelude::SessionContext;
+use parking_lot::RwLock;
+
+/// The `version()` string: PostgreSQL's shape first, so drivers accept it.
+pub fn version_string() -> String {
+    format!(
+        "PostgreSQL 15.6 (Sundial {}) on x86_64-pc-linux-gnu, compiled by rustc, 64-bit",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// Session settings shared between the session and `current_setting()`.
+pub type Settings = Arc<RwLock<BTreeMap<String, String>>>;
+
+/// A function returning a constant computed at registration.
+#[derive(Debug)]
+struct Constant {
+    name: &'static str,
+    value: ScalarValue,
+    signature: Signature,
+}
+
+impl PartialEq for Constant {
+    fn eq(&self, o: &Self) -> bool {
+        self.name == o.name && self.value == o.value
+    }
+}
+impl Eq for Constant {}
+impl Hash for Constant {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.name.hash(h)
+    }
+}
+
+impl ScalarUDFImpl for Constant {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(self.value.data_type())
+    }
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(self.value.clone()))
+    }
+}
+
+fn constant(name: &'static str, value: ScalarValue) -> ScalarUDF {
+    ScalarUDF::from(Constant {
+        name,
+        value,
+        signature: Signature::nullary(Volatility::Stable),
+    })
+}
+
+/// `current_setting(name [, missing_ok])`.
+#[derive(Debug)]
+struct CurrentSetting {
+    settings: Settings,
+    signature: Signature,
+}
+
+impl PartialEq for CurrentSetting {
+    fn eq(&self, o: &Self) -> bool {
+        Arc::ptr_eq(&self.settings, &o.settings)
+    }
+}
+impl Eq for CurrentSetting {}
+impl Hash for CurrentSetting {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        "current_setting".hash(h)
+    }
+}
+
+impl ScalarUDFImpl for CurrentSetting {
+    fn name(&self) -> &str {
+        "current_setting"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let names = arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
+        let names = names.as_string::<i32>();
+        let missing_ok = arrays
+            .get(1)
+            .and_then(|a| arrow::compute::cast(a, &DataType::Boolean).ok())
+            .map(|a| a.as_boolean().value(0))
+            .unwrap_or(false);
+        let settings = self.settings.read();
+        let mut out = Vec::with_capacity(names.len());
+        for i in 0..names.len() {
+            if names.is_null(i) {
+                out.push(None);
+                continue;
+            }
+            let key = names.value(i).to_ascii_lowercase();
+            match settings.get(&key) {
+                Some(v) => out.push(Some(v.clone())),
+                None if missing_ok => out.push(None),
+                None => {
+                    return Err(datafusion::error::DataFusionError::External(Box::new(
+                        crate::Error::sql(
+                            "42704",
+                            format!(
+                                "unrecognized configuration parameter \"{}\"",
+                                names.value(i)
+                            ),
+                        ),
+                    )));
+                }
+            }
+        }
+        let arr = StringArray::from(out);
+        if args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)))
+        {
+            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&arr, 0)?))
+        } else {
+            Ok(ColumnarValue::Array(Arc::new(arr)))
+        }
+    }
+}
+
+/// Registers Sundial's functions on a connection's context.
+pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
+    ctx.register_udf(ScalarUDF::from(time_bucket::TimeBucket::default()));
+    ctx.register_udf(constant(
+        "version",
+        ScalarValue::Utf8(Some(version_string())),
+    ));
+    ctx.register_udf(constant(
+        "current_database",
+        ScalarValue::Utf8(Some(db.to_string())),
+    ));
+    ctx.register_udf(constant(
+        "current_schema",
+        ScalarValue::Utf8(Some("public".to_string())),
+    ));
+    ctx.register_udf(constant("pg_backend_pid", ScalarValue::Int32(Some(pid))));
+    ctx.register_udf(ScalarUDF::from(CurrentSetting {
+        settings,
+        signature: Signature::one_of(
+            vec![
+                datafusion::logical_expr::TypeSignature::Exact(vec![DataType::Utf8]),
+                datafusion::logical_expr::TypeSignature::Exact(vec![
+                    DataType::Utf8,
+                    DataType::Boolean,
+                ]),
+            ],
+            Volatility::Stable,
+        ),
+    }));
+}

@@ -1,0 +1,120 @@
+//! Parsing of PostgreSQL interval text (`'1 day'`, `'15 minutes'`, `'1 month'`,
+//! `'02:30:00'`) into months and microseconds, for chunk intervals and settings.
+
+/// An interval split as PostgreSQL keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Interval {
+    pub months: i32,
+    pub days: i32,
+    pub micros: i64,
+}
+
+impl Interval {
+    /// Length in microseconds, counting a month as 30 days (as chunk intervals do).
+    pub fn approx_micros(&self) -> i64 {
+        (self.months as i64 * 30 + self.days as i64) * 86_400_000_000 + self.micros
+    }
+}
+
+/// Parses interval text; a bare integer is microseconds.
+pub fn parse_interval(s: &str) -> Result<Interval, String> {
+    let s = s.trim();
+    if let Ok(n) = s.parse::<i64>() {
+        return Ok(Interval {
+            micros: n,
+            ..Default::default()
+        });
+    }
+    let mut iv = Interval::default();
+    let tokens: Vec<&str> = s.split_whitespace().collect();
+    if tokens.is_empty() {
+        return Err("empty interval".into());
+    }
+    let mut i = 0;
+    while i < tokens.len() {
+        let tok = tokens[i];
+        if tok.contains(':') {
+            iv.micros += parse_clock(tok)?;
+            i += 1;
+            continue;
+        }
+        // number and unit may be glued: "15min", "1d"
+        let split = tok
+            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+            .unwrap_or(tok.len());
+        let (num, unit) = if split == tok.len() {
+            let unit = tokens
+                .get(i + 1)
+                .ok_or_else(|| format!("interval `{s}`: number without unit"))?;
+            i += 2;
+            (tok, *unit)
+        } else {
+            i += 1;
+            (&tok[..split], &tok[split..])
+        };
+        let n: f64 = num
+            .parse()
+            .map_err(|_| format!("invalid input syntax for type interval: \"{s}\""))?;
+        let unit = unit.to_ascii_lowercase();
+        let unit = unit.trim_end_matches(',');
+        match unit {
+            "us" | "usec" | "usecs" | "microsecond" | "microseconds" => iv.micros += n as i64,
+            "ms" | "msec" | "msecs" | "millisecond" | "milliseconds" => {
+                iv.micros += (n * 1e3) as i64
+            }
+            "s" | "sec" | "secs" | "second" | "seconds" => iv.micros += (n * 1e6) as i64,
+            "m" | "min" | "mins" | "minute" | "minutes" => iv.micros += (n * 60e6) as i64,
+            "h" | "hr" | "hrs" | "hour" | "hours" => iv.micros += (n * 3600e6) as i64,
+            "d" | "day" | "days" => iv.days += n as i32,
+            "w" | "week" | "weeks" => iv.days += (n * 7.0) as i32,
+            "mon" | "mons" | "month" | "months" => iv.months += n as i32,
+            "y" | "yr" | "yrs" | "year" | "years" => iv.months += (n * 12.0) as i32,
+            _ => return Err(format!("invalid input syntax for type interval: \"{s}\"")),
+        }
+    }
+    Ok(iv)
+}
+
+fn parse_clock(tok: &str) -> Result<i64, String> {
+    let parts: Vec<&str> = tok.split(':').collect();
+    let bad = || format!("invalid input syntax for type interval: \"{tok}\"");
+    let h: i64 = parts.first().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    let m: i64 = parts
+        .get(1)
+        .map(|p| p.parse())
+        .transpose()
+        .map_err(|_| bad())?
+        .unwrap_or(0);
+    let s: f64 = parts
+        .get(2)
+        .map(|p| p.parse())
+        .transpose()
+        .map_err(|_| bad())?
+        .unwrap_or(0.0);
+    Ok(h * 3_600_000_000 + m * 60_000_000 + (s * 1e6) as i64)
+}
+
+/// Parses an interval and returns its length in microseconds.
+pub fn parse_interval_micros(s: &str) -> Result<i64, String> {
+    parse_interval(s).map(|i| i.approx_micros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals() {
+        assert_eq!(parse_interval_micros("1 day").unwrap(), 86_400_000_000);
+        assert_eq!(parse_interval_micros("7 days").unwrap(), 7 * 86_400_000_000);
+        assert_eq!(parse_interval_micros("15 minutes").unwrap(), 900_000_000);
+        assert_eq!(parse_interval_micros("1h").unwrap(), 3_600_000_000);
+        assert_eq!(parse_interval_micros("02:30:00").unwrap(), 9_000_000_000);
+        assert_eq!(parse_interval("1 month").unwrap().months, 1);
+        assert!(parse_interval("1 fortnight").is_err());
+        assert_eq!(
+            parse_interval_micros("86400000000").unwrap(),
+            86_400_000_000
+        );
+    }
+}

@@ -1,0 +1,179 @@
+//! SQL front door of one connection: parse (after the hypertable pre-pass), route
+//! each statement to DDL, session handling, management functions or DataFusion,
+//! and return rows or a command tag.
+
+pub mod ddl;
+pub mod functions;
+pub mod interval;
+pub mod prepass;
+pub mod session;
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::{self, Statement, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use std::ops::ControlFlow;
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+
+/// What a statement produced.
+pub enum Output {
+    /// A result set.
+    Rows(SchemaRef, SendableRecordBatchStream),
+    /// A command tag such as `CREATE TABLE` or `INSERT 0 5`.
+    Command(String),
+    /// `BEGIN` / `COMMIT` / `ROLLBACK`.
+    TxStart(String),
+    TxEnd(String),
+}
+
+/// A statement ready to execute (the extended protocol keeps these across Binds).
+#[derive(Debug, Clone)]
+pub enum Prepared {
+    /// Planned by DataFusion; may hold `$n` placeholders.
+    Plan { plan: LogicalPlan, is_dml: bool },
+    /// Handled by Sundial itself.
+    Native(Box<Statement>),
+}
+
+/// One connection's SQL state.
+pub struct Session {
+    pub engine: Arc<Engine>,
+    pub db: String,
+    pub ctx: SessionContext,
+    pub settings: functions::Settings,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("db", &self.db).finish()
+    }
+}
+
+/// Parses SQL text (after the pre-pass) into statements, normalizing the AST.
+pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+    let sql = prepass::rewrite(sql);
+    let mut stmts =
+        Parser::parse_sql(&PostgreSqlDialect {}, &sql).map_err(|e| Error::Parse(e.to_string()))?;
+    for s in &mut stmts {
+        let _ = s.visit(&mut Normalize);
+    }
+    Ok(stmts)
+}
+
+/// Gives `timestamp[tz]` casts PostgreSQL's microsecond precision.
+struct Normalize;
+
+impl VisitorMut for Normalize {
+    type Break = ();
+    fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
+        match expr {
+            ast::Expr::Cast { data_type, .. } => micro(data_type),
+            ast::Expr::TypedString(ts) => micro(&mut ts.data_type),
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+fn micro(dt: &mut ast::DataType) {
+    if let ast::DataType::Timestamp(p @ None, _) = dt {
+        *p = Some(6);
+    }
+}
+
+impl Session {
+    /// Opens a session on database `db` (SQLSTATE 3D000 if it does not exist).
+    pub fn new(engine: Arc<Engine>, db: &str, user: &str, pid: i32) -> Result<Session> {
+        engine.catalog.snapshot().database(db)?;
+        let ctx = crate::query::new_context(&engine, db);
+        let settings = session::default_settings(db, user);
+        functions::register(&ctx, db, pid, settings.clone());
+        Ok(Session {
+            engine,
+            db: db.to_string(),
+            ctx,
+            settings,
+        })
+    }
+
+    /// Prepares one statement: plans DataFusion statements, keeps native ones as AST.
+    pub async fn prepare(&self, stmt: Statement) -> Result<Prepared> {
+        if is_native(&stmt) {
+            return Ok(Prepared::Native(Box::new(stmt)));
+        }
+        let is_dml = matches!(
+            stmt,
+            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
+        );
+        let plan = self
+            .ctx
+            .state()
+            .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
+            .await?;
+        Ok(Prepared::Plan { plan, is_dml })
+    }
+
+    /// Runs a prepared statement with parameter values.
+    pub async fn execute(
+        &self,
+        prepared: &Prepared,
+        params: Option<datafusion::common::ParamValues>,
+    ) -> Result<Output> {
+        match prepared {
+            Prepared::Native(stmt) => self.execute_native(stmt).await,
+            Prepared::Plan { plan, is_dml } => {
+                let plan = match params {
+                    Some(p) => plan.clone().with_param_values(p)?,
+                    None => plan.clone(),
+                };
+                let df = self.ctx.execute_logical_plan(plan).await?;
+                if *is_dml {
+                    let batches = df.collect().await?;
+                    let n: u64 = batches
+                        .iter()
+                        .filter_map(|b| {
+                            b.column(0)
+                                .as_any()
+                                .downcast_ref::<arrow::array::UInt64Array>()
+                                .map(|a| a.iter().flatten().sum::<u64>())
+                        })
+                        .sum();
+                    return Ok(Output::Command(format!("INSERT 0 {n}")));
+                }
+                let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+                let stream = df.execute_stream().await?;
+                Ok(Output::Rows(schema, stream))
+            }
+        }
+    }
+
+    /// Parses and runs every statement of a simple-protocol query string.
+    pub async fn run_sql(&self, sql: &str) -> Result<Vec<Output>> {
+        let mut out = vec![];
+        for stmt in parse(sql)? {
+            let p = self.prepare(stmt).await?;
+            out.push(self.execute(&p, None).await?);
+        }
+        Ok(out)
+    }
+
+    async fn execute_native(&self, stmt: &Statement) -> Result<Output> {
+        if let Some(out) = session::execute(self, stmt)? {
+            return Ok(out);
+        }
+        ddl::execute(self, stmt).await
+    }
+}
+
+/// Statements Sundial runs itself rather than through DataFusion.
+fn is_native(stmt: &Statement) -> bool {
+    session::handles(stmt) || ddl::handles(stmt)
+}

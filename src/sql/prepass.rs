@@ -1,0 +1,181 @@
+//! Token-level rewrite before parsing: sqlparser rejects TimescaleDB's
+//! `WITH (tsdb.hypertable, tsdb.chunk_interval = '1 day')`, so dotted option keys
+//! are quoted and bare flags get `= true` inside a `CREATE TABLE ... WITH (...)`.
+
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Word};
+
+/// Returns `sql` with every `CREATE TABLE ... WITH (...)` option list normalized.
+/// SQL that does not tokenize is returned unchanged (the parser reports the error).
+pub fn rewrite(sql: &str) -> String {
+    let lower = sql.to_ascii_lowercase();
+    if !(lower.contains("create") && lower.contains("with")) {
+        return sql.to_string();
+    }
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location() else {
+        return sql.to_string();
+    };
+    let offsets = LineIndex::new(sql);
+    let mut edits: Vec<(usize, usize, String)> = vec![];
+    let sig: Vec<&TokenWithSpan> = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+        .collect();
+    let mut i = 0;
+    while i < sig.len() {
+        if is_kw(&sig[i].token, "create") {
+            // find TABLE before the next semicolon
+            let mut j = i + 1;
+            while j < sig.len()
+                && !matches!(sig[j].token, Token::SemiColon)
+                && !is_kw(&sig[j].token, "table")
+            {
+                j += 1;
+            }
+            if j < sig.len() && is_kw(&sig[j].token, "table") {
+                // skip to the column list and past its closing paren
+                let mut k = j + 1;
+                while k < sig.len() && !matches!(sig[k].token, Token::LParen | Token::SemiColon) {
+                    k += 1;
+                }
+                if k < sig.len() && matches!(sig[k].token, Token::LParen) {
+                    let close = matching(&sig, k);
+                    if let Some(close) = close
+                        && close + 2 < sig.len()
+                        && is_kw(&sig[close + 1].token, "with")
+                        && matches!(sig[close + 2].token, Token::LParen)
+                        && let Some(end) = matching(&sig, close + 2)
+                        && let Some(text) = options_text(&sig[close + 3..end])
+                    {
+                        let from = offsets.offset(&sig[close + 2].span.start);
+                        let to = offsets.offset(&sig[end].span.end);
+                        if let (Some(from), Some(to)) = (from, to) {
+                            edits.push((from, to, format!("({text})")));
+                        }
+                        i = end;
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+    if edits.is_empty() {
+        return sql.to_string();
+    }
+    let mut out = String::with_capacity(sql.len() + 32);
+    let mut pos = 0;
+    for (from, to, text) in edits {
+        if from < pos || to > sql.len() {
+            return sql.to_string();
+        }
+        out.push_str(&sql[pos..from]);
+        out.push_str(&text);
+        pos = to;
+    }
+    out.push_str(&sql[pos..]);
+    out
+}
+
+fn is_kw(t: &Token, kw: &str) -> bool {
+    matches!(t, Token::Word(Word { value, quote_style: None, .. }) if value.eq_ignore_ascii_case(kw))
+}
+
+fn matching(sig: &[&TokenWithSpan], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (idx, t) in sig.iter().enumerate().skip(open) {
+        match t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(idx);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Renders `key.part = value, flag` as `"key.part" = value, "flag" = true`.
+fn options_text(toks: &[&TokenWithSpan]) -> Option<String> {
+    let mut items = vec![];
+    for item in toks.split(|t| matches!(t.token, Token::Comma)) {
+        if item.is_empty() {
+            return None;
+        }
+        let eq = item.iter().position(|t| matches!(t.token, Token::Eq));
+        let (key_toks, val_toks) = match eq {
+            Some(p) => (&item[..p], Some(&item[p + 1..])),
+            None => (item, None),
+        };
+        let mut key = String::new();
+        for t in key_toks {
+            match &t.token {
+                Token::Word(w) => key.push_str(&w.value),
+                Token::Period => key.push('.'),
+                _ => return None,
+            }
+        }
+        let value = match val_toks {
+            Some(v) if !v.is_empty() => v
+                .iter()
+                .map(|t| t.token.to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+            Some(_) => return None,
+            None => "true".to_string(),
+        };
+        items.push(format!("\"{}\" = {}", key.replace('"', ""), value));
+    }
+    Some(items.join(", "))
+}
+
+/// Maps sqlparser line/column locations (1-based, columns in chars) to byte offsets.
+struct LineIndex<'a> {
+    sql: &'a str,
+    starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    fn new(sql: &'a str) -> Self {
+        let mut starts = vec![0];
+        for (i, c) in sql.char_indices() {
+            if c == '\n' {
+                starts.push(i + 1);
+            }
+        }
+        LineIndex { sql, starts }
+    }
+
+    fn offset(&self, loc: &datafusion::sql::sqlparser::tokenizer::Location) -> Option<usize> {
+        let line_start = *self.starts.get((loc.line as usize).checked_sub(1)?)?;
+        let col = (loc.column as usize).checked_sub(1)?;
+        let rest = &self.sql[line_start..];
+        Some(
+            rest.char_indices()
+                .nth(col)
+                .map(|(b, _)| line_start + b)
+                .unwrap_or(self.sql.len()),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_dotted_keys_and_flags() {
+        let sql = "CREATE TABLE t (time timestamptz, v float8) WITH (tsdb.hypertable, tsdb.partition_column='time', tsdb.chunk_interval = '1 day')";
+        let out = rewrite(sql);
+        assert_eq!(
+            out,
+            "CREATE TABLE t (time timestamptz, v float8) WITH (\"tsdb.hypertable\" = true, \"tsdb.partition_column\" = 'time', \"tsdb.chunk_interval\" = '1 day')"
+        );
+        let plain = "SELECT 1";
+        assert_eq!(rewrite(plain), plain);
+        let multi = "SELECT 1;\nCREATE TABLE x (a int) WITH (timescaledb.hypertable);";
+        assert!(rewrite(multi).contains("\"timescaledb.hypertable\" = true"));
+    }
+}

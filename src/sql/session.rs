@@ -1,0 +1,303 @@
+//! Session statements clients send on connect: `SET`, `RESET`, `SHOW`,
+//! `BEGIN`/`COMMIT`/`ROLLBACK`, `DISCARD`; settings live per connection.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::sql::sqlparser::ast::{self, Expr, Statement, Value};
+use parking_lot::RwLock;
+
+use super::functions::Settings;
+use super::{Output, Session};
+use crate::error::{Error, Result};
+
+/// Settings a fresh session starts with (keys are lower case).
+pub fn default_settings(db: &str, user: &str) -> Settings {
+    let mut m = BTreeMap::new();
+    for (k, v) in [
+        ("timezone", "UTC"),
+        ("datestyle", "ISO, MDY"),
+        ("intervalstyle", "postgres"),
+        ("search_path", "\"$user\", public"),
+        ("application_name", ""),
+        ("extra_float_digits", "1"),
+        ("client_encoding", "UTF8"),
+        ("server_encoding", "UTF8"),
+        ("statement_timeout", "0"),
+        ("lock_timeout", "0"),
+        ("idle_in_transaction_session_timeout", "0"),
+        ("standard_conforming_strings", "on"),
+        ("integer_datetimes", "on"),
+        ("transaction_isolation", "read committed"),
+        ("default_transaction_isolation", "read committed"),
+        ("default_transaction_read_only", "off"),
+        ("transaction_read_only", "off"),
+        ("max_identifier_length", "63"),
+        ("bytea_output", "hex"),
+        ("lc_messages", "C"),
+        ("lc_monetary", "C"),
+        ("lc_numeric", "C"),
+        ("lc_time", "C"),
+        ("server_version_num", "150006"),
+        ("is_superuser", "on"),
+    ] {
+        m.insert(k.to_string(), v.to_string());
+    }
+    m.insert("server_version".into(), "15.6".into());
+    m.insert("session_authorization".into(), user.to_string());
+    m.insert("sundial.database".into(), db.to_string());
+    Arc::new(RwLock::new(m))
+}
+
+/// Whether `stmt` is a session statement.
+pub fn handles(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::Set(_)
+            | Statement::Reset(_)
+            | Statement::ShowVariable { .. }
+            | Statement::StartTransaction { .. }
+            | Statement::Commit { .. }
+            | Statement::Rollback { .. }
+            | Statement::Discard { .. }
+            | Statement::Deallocate { .. }
+    )
+}
+
+/// Result schema of a session statement, if it returns rows.
+pub fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
+    match stmt {
+        Statement::ShowVariable { variable } => {
+            let name = show_name(variable);
+            if name == "all" {
+                Some(Arc::new(Schema::new(vec![
+                    Field::new("name", DataType::Utf8, true),
+                    Field::new("setting", DataType::Utf8, true),
+                    Field::new("description", DataType::Utf8, true),
+                ])))
+            } else {
+                Some(Arc::new(Schema::new(vec![Field::new(
+                    name,
+                    DataType::Utf8,
+                    true,
+                )])))
+            }
+        }
+        _ => None,
+    }
+}
+
+fn show_name(variable: &[ast::Ident]) -> String {
+    let name = variable
+        .iter()
+        .map(|i| i.value.to_ascii_lowercase())
+        .collect::<Vec<_>>()
+        .join(" ");
+    match name.as_str() {
+        "time zone" => "timezone".into(),
+        "transaction isolation level" => "transaction_isolation".into(),
+        _ => name,
+    }
+}
+
+/// Canonical key of a setting name.
+fn key(name: &str) -> String {
+    let k = name.trim_matches('"').to_ascii_lowercase();
+    match k.as_str() {
+        "time zone" | "time_zone" => "timezone".into(),
+        _ => k,
+    }
+}
+
+/// Text of a SET value expression, as PostgreSQL would store it.
+fn value_text(values: &[Expr]) -> Result<String> {
+    let parts = values
+        .iter()
+        .map(|e| match e {
+            Expr::Value(v) => Ok(match &v.value {
+                Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+                Value::Number(n, _) => n.clone(),
+                Value::Boolean(b) => {
+                    if *b {
+                        "on".into()
+                    } else {
+                        "off".into()
+                    }
+                }
+                other => other.to_string(),
+            }),
+            Expr::Identifier(i) => Ok(i.value.clone()),
+            Expr::UnaryOp {
+                op: ast::UnaryOperator::Minus,
+                expr,
+            } => Ok(format!("-{}", value_text(std::slice::from_ref(expr))?)),
+            other => Ok(other.to_string()),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(parts.join(", "))
+}
+
+fn set(session: &Session, name: &str, value: String) -> Result<()> {
+    let k = key(name);
+    let value = if k == "timezone" {
+        let tz = if value.eq_ignore_ascii_case("local") || value.eq_ignore_ascii_case("default") {
+            "UTC".to_string()
+        } else {
+            value
+        };
+        normalize_tz(&tz)?;
+        tz
+    } else {
+        value
+    };
+    if k == "timezone" {
+        let tz = value.clone();
+        session
+            .ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .options_mut()
+            .execution
+            .time_zone = Some(normalize_tz(&tz)?);
+    }
+    session.settings.write().insert(k, value);
+    Ok(())
+}
+
+/// Checks a time zone name and returns the form Arrow accepts.
+pub fn normalize_tz(tz: &str) -> Result<String> {
+    let t = tz.trim();
+    if t.eq_ignore_ascii_case("utc") || t.eq_ignore_ascii_case("gmt") || t.eq_ignore_ascii_case("z")
+    {
+        return Ok("UTC".into());
+    }
+    if t.parse::<chrono_tz::Tz>().is_ok() {
+        return Ok(t.to_string());
+    }
+    // numeric offsets: "+02:00", "-5"
+    let numeric = t.trim_start_matches(['+', '-']);
+    if !numeric.is_empty() && numeric.chars().all(|c| c.is_ascii_digit() || c == ':') {
+        let sign = if t.starts_with('-') { '-' } else { '+' };
+        let mut parts = numeric.split(':');
+        let h: i32 = parts.next().unwrap_or("0").parse().unwrap_or(0);
+        let m: i32 = parts.next().unwrap_or("0").parse().unwrap_or(0);
+        if h <= 15 && m < 60 {
+            return Ok(format!("{sign}{h:02}:{m:02}"));
+        }
+    }
+    Err(Error::sql(
+        "22023",
+        format!("invalid value for parameter \"TimeZone\": \"{tz}\""),
+    ))
+}
+
+fn rows(schema: SchemaRef, cols: Vec<Vec<Option<String>>>) -> Result<Output> {
+    let arrays = cols
+        .into_iter()
+        .map(|c| Arc::new(StringArray::from(c)) as arrow::array::ArrayRef)
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), arrays)?;
+    let stream =
+        RecordBatchStreamAdapter::new(schema.clone(), futures::stream::iter(vec![Ok(batch)]));
+    Ok(Output::Rows(schema, Box::pin(stream)))
+}
+
+/// Runs a session statement; `None` if `stmt` is not one.
+pub fn execute(session: &Session, stmt: &Statement) -> Result<Option<Output>> {
+    Ok(Some(match stmt {
+        Statement::Set(s) => {
+            match s {
+                ast::Set::SingleAssignment {
+                    variable, values, ..
+                } => {
+                    let name = variable.to_string();
+                    let v = value_text(values)?;
+                    let v = if v.eq_ignore_ascii_case("default") {
+                        default_settings("", "")
+                            .read()
+                            .get(&key(&name))
+                            .cloned()
+                            .unwrap_or_default()
+                    } else {
+                        v
+                    };
+                    set(session, &name, v)?;
+                }
+                ast::Set::SetTimeZone { value, .. } => {
+                    set(
+                        session,
+                        "timezone",
+                        value_text(std::slice::from_ref(value))?,
+                    )?;
+                }
+                ast::Set::SetNames { charset_name, .. } => {
+                    set(session, "client_encoding", charset_name.value.clone())?;
+                }
+                _ => {}
+            }
+            Output::Command("SET".into())
+        }
+        Statement::Reset(r) => {
+            let defaults = default_settings(&session.db, "");
+            match &r.reset {
+                ast::Reset::ALL => {
+                    let keep = session
+                        .settings
+                        .read()
+                        .get("session_authorization")
+                        .cloned();
+                    let mut d = defaults.read().clone();
+                    if let Some(u) = keep {
+                        d.insert("session_authorization".into(), u);
+                    }
+                    *session.settings.write() = d;
+                    set(session, "timezone", "UTC".into())?;
+                }
+                ast::Reset::ConfigurationParameter(name) => {
+                    let k = key(&name.to_string());
+                    let v = defaults.read().get(&k).cloned().unwrap_or_default();
+                    set(session, &k, v)?;
+                }
+            }
+            Output::Command("RESET".into())
+        }
+        Statement::ShowVariable { variable } => {
+            let name = show_name(variable);
+            let schema =
+                result_schema(stmt).ok_or_else(|| Error::Internal("show schema".into()))?;
+            let settings = session.settings.read().clone();
+            if name == "all" {
+                let (mut n, mut v, mut d) = (vec![], vec![], vec![]);
+                for (k, val) in settings {
+                    n.push(Some(k));
+                    v.push(Some(val));
+                    d.push(Some(String::new()));
+                }
+                return rows(schema, vec![n, v, d]).map(Some);
+            }
+            let value = match name.as_str() {
+                "server_version" => Some("15.6".to_string()),
+                _ => settings.get(&key(&name)).cloned(),
+            };
+            match value {
+                Some(v) => rows(schema, vec![vec![Some(v)]])?,
+                None => {
+                    return Err(Error::sql(
+                        "42704",
+                        format!("unrecognized configuration parameter \"{name}\""),
+                    ));
+                }
+            }
+        }
+        Statement::StartTransaction { .. } => Output::TxStart("BEGIN".into()),
+        Statement::Commit { .. } => Output::TxEnd("COMMIT".into()),
+        Statement::Rollback { .. } => Output::TxEnd("ROLLBACK".into()),
+        Statement::Discard { .. } => Output::Command("DISCARD ALL".into()),
+        Statement::Deallocate { .. } => Output::Command("DEALLOCATE".into()),
+        _ => return Ok(None),
+    }))
+}

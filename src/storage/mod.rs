@@ -1,0 +1,190 @@
+//! Chunk files: object-store paths, sorting a chunk's rows, writing them as ZSTD
+//! Parquet with statistics and page index, and the per-column min/max/null-count
+//! statistics the catalog keeps for pruning.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::compute::{SortColumn, SortOptions, cast, lexsort_to_indices, take_record_batch};
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
+use datafusion::logical_expr::Accumulator;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+
+use crate::catalog::{ColumnStats, FileMeta, TableDef};
+use crate::error::{Error, Result};
+
+/// Rows per Parquet row group: small enough for row-group pruning inside a file.
+pub const ROW_GROUP_ROWS: usize = 128 * 1024;
+
+/// Object-store path of a chunk file.
+pub fn file_path(db: &str, table_id: u64, chunk_start: i64, file_id: u64) -> ObjectPath {
+    ObjectPath::from(format!(
+        "data/{db}/{table_id}/{chunk_start}/{file_id:020}.parquet"
+    ))
+}
+
+/// Sorts rows by the time column (stable, so equal times keep arrival order).
+pub fn sort_by_time(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
+    let Some(ti) = table.time_index() else {
+        return Ok(batch.clone());
+    };
+    if batch.num_rows() < 2 {
+        return Ok(batch.clone());
+    }
+    let cols = vec![SortColumn {
+        values: batch.column(ti).clone(),
+        options: Some(SortOptions::default()),
+    }];
+    let idx = lexsort_to_indices(&cols, None)?;
+    Ok(take_record_batch(batch, &idx)?)
+}
+
+fn writer_props() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_dictionary_enabled(true)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .build()
+}
+
+/// Writes one sorted chunk file and returns its catalog entry.
+pub async fn write_chunk_file(
+    store: &Arc<dyn ObjectStore>,
+    db: &str,
+    table: &TableDef,
+    chunk_start: i64,
+    file_id: u64,
+    batch: &RecordBatch,
+) -> Result<FileMeta> {
+    let sorted = sort_by_time(table, batch)?;
+    let mut buf = Vec::with_capacity(sorted.get_array_memory_size() / 4 + 1024);
+    {
+        let mut w = ArrowWriter::try_new(&mut buf, sorted.schema(), Some(writer_props()))?;
+        w.write(&sorted)?;
+        w.close()?;
+    }
+    let path = file_path(db, table.id, chunk_start, file_id);
+    let bytes = buf.len() as u64;
+    store.put(&path, PutPayload::from(buf)).await?;
+    Ok(FileMeta {
+        id: file_id,
+        chunk_start,
+        path: path.to_string(),
+        rows: sorted.num_rows() as u64,
+        bytes,
+        stats: column_stats(&sorted)?,
+    })
+}
+
+/// Min, max and null count of every column (min/max left out where unsupported).
+pub fn column_stats(batch: &RecordBatch) -> Result<Vec<ColumnStats>> {
+    let schema = batch.schema();
+    let mut out = Vec::with_capacity(schema.fields().len());
+    for (i, f) in schema.fields().iter().enumerate() {
+        let col = batch.column(i);
+        let (min, max) = if stats_supported(f.data_type()) {
+            (
+                extreme(col, f.data_type(), true)?,
+                extreme(col, f.data_type(), false)?,
+            )
+        } else {
+            (None, None)
+        };
+        out.push(ColumnStats {
+            column: f.name().clone(),
+            min,
+            max,
+            null_count: col.null_count() as u64,
+        });
+    }
+    Ok(out)
+}
+
+fn stats_supported(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Boolean
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::Float32
+            | DataType::Float64
+            | DataType::Decimal128(_, _)
+            | DataType::Utf8
+            | DataType::Date32
+            | DataType::Timestamp(_, _)
+    )
+}
+
+fn extreme(col: &ArrayRef, dt: &DataType, min: bool) -> Result<Option<String>> {
+    let value = if min {
+        let mut acc = MinAccumulator::try_new(dt)?;
+        acc.update_batch(std::slice::from_ref(col))?;
+        acc.evaluate()?
+    } else {
+        let mut acc = MaxAccumulator::try_new(dt)?;
+        acc.update_batch(std::slice::from_ref(col))?;
+        acc.evaluate()?
+    };
+    if value.is_null() {
+        return Ok(None);
+    }
+    if let (DataType::Float32 | DataType::Float64, Ok(v)) = (dt, value.to_array()) {
+        // NaN sorts above everything in Arrow but not in SQL comparisons: no stats then.
+        let s = cast(&v, &DataType::Utf8)?;
+        let s = s
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .map(|a| a.value(0).to_string());
+        return Ok(s.filter(|s| !s.eq_ignore_ascii_case("nan")));
+    }
+    let arr = value.to_array()?;
+    let s = cast(&arr, &DataType::Utf8)?;
+    Ok(s.as_any()
+        .downcast_ref::<StringArray>()
+        .map(|a| a.value(0).to_string()))
+}
+
+/// Turns stored min/max strings back into an array of the column's type.
+pub fn stats_array(values: &[Option<&str>], dt: &DataType) -> Option<ArrayRef> {
+    let strings: ArrayRef = Arc::new(StringArray::from(values.to_vec()));
+    cast(&strings, dt).ok()
+}
+
+/// Adapts a batch written under an older schema (fewer columns) to `schema`,
+/// matching columns by name and filling missing ones with NULLs.
+pub fn adapt_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    if batch.schema().fields() == schema.fields() {
+        return Ok(batch.clone());
+    }
+    let cols = schema
+        .fields()
+        .iter()
+        .map(|f| match batch.schema().index_of(f.name()) {
+            Ok(i) => {
+                let c = batch.column(i);
+                if c.data_type() == f.data_type() {
+                    Ok(c.clone())
+                } else {
+                    cast(c, f.data_type()).map_err(Error::from)
+                }
+            }
+            Err(_) => Ok(arrow::array::new_null_array(
+                f.data_type(),
+                batch.num_rows(),
+            )),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        cols,
+        &opts,
+    )?)
+}

@@ -1,0 +1,429 @@
+//! The write path: validate a batch against its table, append it to the WAL
+//! (acknowledged once durable), make it visible in the memtable, and flush
+//! memtables to Parquet chunk files when they pass a size or age bound.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Cursor;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
+use arrow::compute::{cast, take_record_batch};
+use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use object_store::ObjectStore;
+use parking_lot::{Mutex, RwLock};
+
+use crate::catalog::{Catalog, FileMeta, Manifest, TableDef};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::storage;
+use crate::wal::{Replayed, Wal};
+
+const KIND_WRITE: u8 = 1;
+
+/// Rows of one chunk held in memory: a list of batches in arrival order.
+type ChunkBatches = BTreeMap<i64, Vec<RecordBatch>>;
+
+#[derive(Default)]
+struct MemState {
+    active: HashMap<u64, ChunkBatches>,
+    /// Being written to Parquet; still visible to queries until the catalog has the files.
+    frozen: Option<Arc<HashMap<u64, ChunkBatches>>>,
+    bytes: usize,
+    oldest: Option<Instant>,
+}
+
+/// Counters for benchmarks and `/metrics`.
+#[derive(Debug, Default)]
+pub struct WriteStats {
+    pub rows_written: AtomicU64,
+    pub flushes: AtomicU64,
+    pub flushed_bytes: AtomicU64,
+    pub flushed_files: AtomicU64,
+}
+
+/// A consistent view of one table for a query: catalog files plus memtable rows.
+pub struct TableView {
+    pub table: Arc<TableDef>,
+    /// `(chunk_start, batches)` not yet in Parquet.
+    pub mem: Vec<(i64, Vec<RecordBatch>)>,
+}
+
+/// Owns the memtables and the path from a write to a Parquet file.
+pub struct WriteService {
+    catalog: Arc<Catalog>,
+    wal: Wal,
+    store: Arc<dyn ObjectStore>,
+    mem: RwLock<MemState>,
+    /// Writers hold it shared across WAL append + memtable insert; a flush takes it
+    /// exclusively to freeze memtables at a known WAL sequence number.
+    gate: tokio::sync::RwLock<()>,
+    /// Makes "catalog gains files" and "frozen memtable disappears" one step for readers.
+    visibility: RwLock<()>,
+    flush_lock: tokio::sync::Mutex<()>,
+    flush_size: usize,
+    flush_age: Duration,
+    pub notify: tokio::sync::Notify,
+    pub stats: WriteStats,
+    last_error: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for WriteService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteService").finish_non_exhaustive()
+    }
+}
+
+impl WriteService {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        wal: Wal,
+        store: Arc<dyn ObjectStore>,
+        config: &Config,
+    ) -> WriteService {
+        WriteService {
+            catalog,
+            wal,
+            store,
+            mem: RwLock::new(MemState::default()),
+            gate: tokio::sync::RwLock::new(()),
+            visibility: RwLock::new(()),
+            flush_lock: tokio::sync::Mutex::new(()),
+            flush_size: config.flush_size as usize,
+            flush_age: config.flush_age,
+            notify: tokio::sync::Notify::new(),
+            stats: WriteStats::default(),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    pub fn wal(&self) -> &Wal {
+        &self.wal
+    }
+
+    /// Validates `batch` for `table`, makes it durable and visible; returns rows written.
+    pub async fn write(&self, table: &TableDef, batch: RecordBatch) -> Result<u64> {
+        if batch.num_rows() == 0 {
+            return Ok(0);
+        }
+        let batch = validate(table, &batch)?;
+        let parts = split_by_chunk(table, &batch)?;
+        let payload = encode_payload(table.id, &batch)?;
+        while self.mem.read().bytes > self.flush_size.saturating_mul(3) {
+            self.notify.notify_one();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        {
+            let _g = self.gate.read().await;
+            self.wal.append(&payload).await?;
+            self.insert_mem(table.id, parts);
+        }
+        let rows = batch.num_rows() as u64;
+        self.stats.rows_written.fetch_add(rows, Ordering::Relaxed);
+        if self.mem.read().bytes >= self.flush_size {
+            self.notify.notify_one();
+        }
+        Ok(rows)
+    }
+
+    fn insert_mem(&self, table_id: u64, parts: Vec<(i64, RecordBatch)>) {
+        let mut mem = self.mem.write();
+        let added: usize = parts.iter().map(|(_, b)| b.get_array_memory_size()).sum();
+        let chunks = mem.active.entry(table_id).or_default();
+        for (start, b) in parts {
+            chunks.entry(start).or_default().push(b);
+        }
+        mem.bytes += added;
+        mem.oldest.get_or_insert_with(Instant::now);
+    }
+
+    /// Re-applies WAL records read at start-up.
+    pub fn replay(&self, records: Vec<Replayed>) -> Result<usize> {
+        let manifest = self.catalog.snapshot();
+        let mut n = 0;
+        for r in records {
+            let (table_id, batches) = decode_payload(&r.payload)
+                .map_err(|e| Error::Wal(format!("record {} cannot be decoded: {e}", r.seq)))?;
+            let Some((_, table)) = manifest.table_by_id(table_id) else {
+                continue; // table dropped since
+            };
+            let schema = table.schema();
+            for b in batches {
+                let b = storage::adapt_batch(&b, &schema)?;
+                n += b.num_rows();
+                let parts = split_by_chunk(table, &b)?;
+                self.insert_mem(table_id, parts);
+            }
+        }
+        Ok(n)
+    }
+
+    /// A consistent snapshot of `table_id` for a scan.
+    pub fn view(&self, table_id: u64) -> Option<TableView> {
+        let _v = self.visibility.read();
+        let manifest = self.catalog.snapshot();
+        let (_, table) = manifest.table_by_id(table_id)?;
+        let mem = self.mem.read();
+        let mut chunks: BTreeMap<i64, Vec<RecordBatch>> = BTreeMap::new();
+        let sources = mem
+            .frozen
+            .iter()
+            .filter_map(|f| f.get(&table_id))
+            .chain(mem.active.get(&table_id));
+        for src in sources {
+            for (start, batches) in src {
+                chunks
+                    .entry(*start)
+                    .or_default()
+                    .extend(batches.iter().cloned());
+            }
+        }
+        Some(TableView {
+            table: table.clone(),
+            mem: chunks.into_iter().collect(),
+        })
+    }
+
+    /// Drops the memtable rows of a table (DROP TABLE).
+    pub fn forget_table(&self, table_id: u64) {
+        let mut mem = self.mem.write();
+        mem.active.remove(&table_id);
+    }
+
+    /// Whether a size or age bound says it is time to flush.
+    pub fn should_flush(&self) -> bool {
+        let mem = self.mem.read();
+        mem.bytes >= self.flush_size
+            || mem
+                .oldest
+                .map(|t| t.elapsed() >= self.flush_age)
+                .unwrap_or(false)
+    }
+
+    /// Writes every memtable to Parquet, records the files in the catalog and trims
+    /// the WAL. Returns the number of files written.
+    pub async fn flush_all(&self) -> Result<usize> {
+        let _one_at_a_time = self.flush_lock.lock().await;
+        let (frozen, seq) = {
+            let _g = self.gate.write().await;
+            let mut mem = self.mem.write();
+            if mem.active.is_empty() {
+                return Ok(0);
+            }
+            let frozen = Arc::new(std::mem::take(&mut mem.active));
+            mem.frozen = Some(frozen.clone());
+            mem.bytes = 0;
+            mem.oldest = None;
+            (frozen, self.wal.last_seq())
+        };
+        let result = self.write_frozen(&frozen, seq).await;
+        match &result {
+            Ok(_) => {
+                *self.last_error.lock() = None;
+                self.wal.checkpoint(seq).await?;
+            }
+            Err(e) => {
+                // Put the rows back so nothing is lost; the WAL still has them too.
+                tracing::error!(error = %e, "flush failed; rows stay in memory and WAL");
+                *self.last_error.lock() = Some(e.to_string());
+                let mut mem = self.mem.write();
+                let frozen = mem.frozen.take();
+                if let Some(f) = frozen {
+                    for (tid, chunks) in f.iter() {
+                        let dst = mem.active.entry(*tid).or_default();
+                        for (start, batches) in chunks {
+                            let v = dst.entry(*start).or_default();
+                            let mut merged = batches.clone();
+                            merged.append(v);
+                            *v = merged;
+                        }
+                    }
+                }
+                mem.bytes = mem
+                    .active
+                    .values()
+                    .flat_map(|c| c.values())
+                    .flatten()
+                    .map(|b| b.get_array_memory_size())
+                    .sum();
+                mem.oldest.get_or_insert_with(Instant::now);
+            }
+        }
+        result
+    }
+
+    async fn write_frozen(&self, frozen: &HashMap<u64, ChunkBatches>, seq: u64) -> Result<usize> {
+        let manifest = self.catalog.snapshot();
+        let n_chunks: usize = frozen.values().map(|c| c.len()).sum();
+        let first_id = self.catalog.update(|m| {
+            let first = m.next_id;
+            m.next_id += n_chunks as u64;
+            Ok(first)
+        })?;
+        let mut next_id = first_id;
+        let mut new_files: Vec<(u64, FileMeta)> = vec![];
+        for (table_id, chunks) in frozen {
+            let Some((db, table)) = manifest.table_by_id(*table_id) else {
+                continue;
+            };
+            let schema = table.schema();
+            for (start, batches) in chunks {
+                let adapted = batches
+                    .iter()
+                    .map(|b| storage::adapt_batch(b, &schema))
+                    .collect::<Result<Vec<_>>>()?;
+                let batch = arrow::compute::concat_batches(&schema, &adapted)?;
+                let meta =
+                    storage::write_chunk_file(&self.store, db, table, *start, next_id, &batch)
+                        .await?;
+                next_id += 1;
+                self.stats
+                    .flushed_bytes
+                    .fetch_add(meta.bytes, Ordering::Relaxed);
+                new_files.push((*table_id, meta));
+            }
+        }
+        let count = new_files.len();
+        {
+            let _v = self.visibility.write();
+            self.catalog.update(|m| {
+                attach_files(m, new_files);
+                m.flushed_wal_seq = m.flushed_wal_seq.max(seq);
+                Ok(())
+            })?;
+            self.mem.write().frozen = None;
+        }
+        self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .flushed_files
+            .fetch_add(count as u64, Ordering::Relaxed);
+        Ok(count)
+    }
+}
+
+fn attach_files(m: &mut Manifest, files: Vec<(u64, FileMeta)>) {
+    for db in m.databases.values_mut() {
+        for t in db.tables.values_mut() {
+            let mine: Vec<FileMeta> = files
+                .iter()
+                .filter(|(id, _)| *id == t.id)
+                .map(|(_, f)| f.clone())
+                .collect();
+            if !mine.is_empty() {
+                Arc::make_mut(t).files.extend(mine);
+            }
+        }
+    }
+}
+
+/// Casts `batch` to the table schema and checks NOT NULL constraints.
+pub fn validate(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
+    let schema = table.schema();
+    let mut cols = Vec::with_capacity(schema.fields().len());
+    for (i, f) in schema.fields().iter().enumerate() {
+        let col = match batch.schema().index_of(f.name()) {
+            Ok(j) => batch.column(j).clone(),
+            Err(_) if batch.num_columns() == schema.fields().len() => batch.column(i).clone(),
+            Err(_) => arrow::array::new_null_array(f.data_type(), batch.num_rows()),
+        };
+        let col = if col.data_type() != f.data_type() {
+            cast(&col, f.data_type())?
+        } else {
+            col
+        };
+        let must = !f.is_nullable() || table.time_column.as_deref() == Some(f.name().as_str());
+        if must && col.null_count() > 0 {
+            return Err(Error::sql(
+                "23502",
+                format!(
+                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                    f.name(),
+                    table.name
+                ),
+            ));
+        }
+        cols.push(col);
+    }
+    Ok(RecordBatch::try_new(schema, cols)?)
+}
+
+/// Microsecond time values of the partitioning column.
+fn time_values(table: &TableDef, batch: &RecordBatch) -> Result<Option<Vec<i64>>> {
+    let Some(ti) = table.time_index() else {
+        return Ok(None);
+    };
+    let col = batch.column(ti);
+    let micros = cast(col, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+    let arr = micros.as_primitive::<TimestampMicrosecondType>();
+    Ok(Some(arr.values().to_vec()))
+}
+
+/// Splits a batch into one batch per chunk.
+pub fn split_by_chunk(table: &TableDef, batch: &RecordBatch) -> Result<Vec<(i64, RecordBatch)>> {
+    let Some(times) = time_values(table, batch)? else {
+        return Ok(vec![(0, batch.clone())]);
+    };
+    if !table.is_hypertable() || times.is_empty() {
+        return Ok(vec![(0, batch.clone())]);
+    }
+    let first = table.chunk_start(times[0]);
+    if times.iter().all(|t| table.chunk_start(*t) == first) {
+        return Ok(vec![(first, batch.clone())]);
+    }
+    let mut groups: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+    for (i, t) in times.iter().enumerate() {
+        groups
+            .entry(table.chunk_start(*t))
+            .or_default()
+            .push(i as u32);
+    }
+    groups
+        .into_iter()
+        .map(|(start, idx)| {
+            let idx = UInt32Array::from(idx);
+            Ok((start, take_record_batch(batch, &idx)?))
+        })
+        .collect()
+}
+
+fn encode_payload(table_id: u64, batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(batch.get_array_memory_size() / 2 + 64);
+    out.push(KIND_WRITE);
+    out.extend_from_slice(&table_id.to_le_bytes());
+    {
+        let mut w = StreamWriter::try_new(&mut out, &batch.schema())?;
+        w.write(batch)?;
+        w.finish()?;
+    }
+    Ok(out)
+}
+
+fn decode_payload(p: &[u8]) -> Result<(u64, Vec<RecordBatch>)> {
+    if p.len() < 9 || p[0] != KIND_WRITE {
+        return Err(Error::Wal("unknown record kind".into()));
+    }
+    let table_id = u64::from_le_bytes(p[1..9].try_into().unwrap_or([0; 8]));
+    let reader = StreamReader::try_new(Cursor::new(&p[9..]), None)?;
+    let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok((table_id, batches))
+}
+
+/// Runs the background flusher until `shutdown` fires.
+pub async fn run_flusher(svc: Arc<WriteService>, shutdown: tokio_util::sync::CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = svc.notify.notified() => {},
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {},
+        }
+        if svc.should_flush()
+            && let Err(e) = svc.flush_all().await
+        {
+            tracing::error!(error = %e, "background flush failed");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}

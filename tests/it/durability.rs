@@ -1,0 +1,637 @@
+//! Durability: restarts, kill -9, damaged WAL segments, graceful shutdown.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+use crate::harness::TestServer;
+
+// ---------------------------------------------------------------------------
+// helpers
+// ---------------------------------------------------------------------------
+
+async fn text_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    let msgs = client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("simple_query {sql:?} failed: {e:?}"));
+    let mut out = Vec::new();
+    for m in msgs {
+        if let SimpleQueryMessage::Row(r) = m {
+            out.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
+        }
+    }
+    out
+}
+
+/// Single value of a single-row single-column query, parsed as an integer
+/// (works whether the server answers bigint or numeric).
+async fn int_one(client: &Client, sql: &str) -> i128 {
+    let rows = text_rows(client, sql).await;
+    assert_eq!(rows.len(), 1, "{sql:?} should return one row, got {rows:?}");
+    let v = rows[0][0]
+        .as_deref()
+        .unwrap_or_else(|| panic!("{sql:?} returned NULL"));
+    v.parse::<i128>()
+        .unwrap_or_else(|_| panic!("{sql:?} returned {v:?}, not an integer"))
+}
+
+fn base_time() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).unwrap()
+}
+
+/// Timestamp literal for row `id`, `step_secs` apart.
+fn time_lit(id: i64, step_secs: i64) -> String {
+    (base_time() + chrono::Duration::seconds(id * step_secs))
+        .format("%Y-%m-%d %H:%M:%S+00")
+        .to_string()
+}
+
+/// Creates `name (time timestamptz, id int8, v int8)` as a 1-day hypertable.
+async fn create_hypertable(client: &Client, name: &str) {
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {name} (time timestamptz NOT NULL, id int8 NOT NULL, v int8) \
+             WITH (tsdb.hypertable, tsdb.partition_column='time', tsdb.chunk_interval='1 day')"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("create {name}: {e:?}"));
+}
+
+fn v_of(id: i64) -> i64 {
+    (id * 7) % 1000
+}
+
+/// Inserts `ids` into a table made by `create_hypertable`, `per_stmt` rows per INSERT.
+async fn insert_ids(client: &Client, table: &str, ids: &[i64], step_secs: i64, per_stmt: usize) {
+    for chunk in ids.chunks(per_stmt) {
+        let values: Vec<String> = chunk
+            .iter()
+            .map(|&id| format!("('{}', {id}, {})", time_lit(id, step_secs), v_of(id)))
+            .collect();
+        client
+            .batch_execute(&format!(
+                "INSERT INTO {table} (time, id, v) VALUES {}",
+                values.join(", ")
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("insert into {table}: {e:?}"));
+    }
+}
+
+async fn all_ids(client: &Client, table: &str) -> Vec<i64> {
+    let sql = format!("SELECT id FROM {table}");
+    client
+        .query(sql.as_str(), &[])
+        .await
+        .unwrap_or_else(|e| panic!("select ids from {table}: {e:?}"))
+        .iter()
+        .map(|r| r.get::<_, i64>(0))
+        .collect()
+}
+
+/// WAL segment files of a data dir, sorted by name.
+fn wal_segments(data_dir: &Path) -> Vec<PathBuf> {
+    let dir = data_dir.join("wal");
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    segs.sort_by_key(|p| p.file_name().unwrap().to_os_string());
+    segs
+}
+
+fn last_segment(data_dir: &Path) -> PathBuf {
+    wal_segments(data_dir)
+        .pop()
+        .expect("at least one WAL segment in DATA_DIR/wal")
+}
+
+/// Complete records of a segment as (offset of record header, payload length).
+fn parse_records(bytes: &[u8]) -> Vec<(usize, usize)> {
+    assert!(bytes.len() >= 8, "segment shorter than its header");
+    assert_eq!(&bytes[..8], b"SUNDWAL1", "segment header");
+    let mut out = Vec::new();
+    let mut off = 8;
+    while off + 8 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
+        if len == 0 || off + 8 + len > bytes.len() {
+            break;
+        }
+        let crc = u32::from_le_bytes(bytes[off + 4..off + 8].try_into().unwrap());
+        if crc32c::crc32c(&bytes[off + 8..off + 8 + len]) != crc {
+            break;
+        }
+        out.push((off, len));
+        off += 8 + len;
+    }
+    out
+}
+
+fn files_with_ext(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files_with_ext(&p, ext, out);
+        } else if p.extension().is_some_and(|x| x == ext) {
+            out.push(p);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// restart keeps every row
+// ---------------------------------------------------------------------------
+
+const N_ROWS: i64 = 10_000;
+/// 90 s apart: 10k rows span 2024-01-01 .. 2024-01-11 => 11 one-day chunks.
+const STEP: i64 = 90;
+
+/// Even ids, flushed to Parquet; then odd ids, only in the WAL. Every chunk has both.
+async fn load_10k(client: &Client) {
+    create_hypertable(client, "dur").await;
+    let even: Vec<i64> = (0..N_ROWS).step_by(2).collect();
+    insert_ids(client, "dur", &even, STEP, 250).await;
+    let files = int_one(client, "SELECT sundial_flush()").await;
+    assert!(files >= 1, "sundial_flush() wrote {files} files");
+    let listed = int_one(
+        client,
+        "SELECT count(*) FROM sundial_chunk_files WHERE hypertable_name = 'dur'",
+    )
+    .await;
+    assert!(listed >= 1, "sundial_chunk_files lists the flushed files");
+    let odd: Vec<i64> = (1..N_ROWS).step_by(2).collect();
+    insert_ids(client, "dur", &odd, STEP, 250).await;
+}
+
+async fn check_10k(client: &Client) {
+    client.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
+    let expected_v: i128 = (0..N_ROWS).map(|id| v_of(id) as i128).sum();
+    let expected_id: i128 = (0..N_ROWS as i128).sum();
+    assert_eq!(
+        int_one(client, "SELECT count(*) FROM dur").await,
+        N_ROWS as i128
+    );
+    assert_eq!(int_one(client, "SELECT sum(v) FROM dur").await, expected_v);
+    assert_eq!(
+        int_one(client, "SELECT sum(id) FROM dur").await,
+        expected_id
+    );
+    assert_eq!(
+        int_one(client, "SELECT count(DISTINCT id) FROM dur").await,
+        N_ROWS as i128,
+        "no row duplicated"
+    );
+    // Day 3 (2024-01-03): id*90 in [172800, 259200) => ids 1920..2880.
+    assert_eq!(
+        int_one(
+            client,
+            "SELECT count(*) FROM dur WHERE time >= '2024-01-03 00:00:00+00' \
+             AND time < '2024-01-04 00:00:00+00'"
+        )
+        .await,
+        960
+    );
+    assert_eq!(
+        int_one(
+            client,
+            "SELECT count(*) FROM timescaledb_information.chunks WHERE hypertable_name = 'dur'"
+        )
+        .await,
+        11
+    );
+}
+
+#[tokio::test]
+async fn restart_after_terminate_keeps_every_row() {
+    let mut server = TestServer::start();
+    {
+        let client = server.connect("sundial").await;
+        load_10k(&client).await;
+        check_10k(&client).await;
+    }
+    let status = server.terminate().expect("server was running");
+    assert!(
+        status.success(),
+        "graceful shutdown exit status: {status:?}"
+    );
+    server.restart();
+    let client = server.connect("sundial").await;
+    check_10k(&client).await;
+}
+
+#[tokio::test]
+async fn restart_after_kill9_keeps_every_row_and_replays_once() {
+    let mut server = TestServer::start();
+    {
+        let client = server.connect("sundial").await;
+        load_10k(&client).await;
+    }
+    server.kill9();
+    server.restart();
+    {
+        let client = server.connect("sundial").await;
+        check_10k(&client).await;
+        // Flush what was replayed, then crash again: nothing may be counted twice.
+        int_one(&client, "SELECT sundial_flush()").await;
+    }
+    server.kill9();
+    server.restart();
+    {
+        let client = server.connect("sundial").await;
+        check_10k(&client).await;
+    }
+    // And a crash right after a restart without any new writes.
+    server.kill9();
+    server.restart();
+    let client = server.connect("sundial").await;
+    check_10k(&client).await;
+}
+
+// ---------------------------------------------------------------------------
+// kill -9 under concurrent writers
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill9_during_concurrent_inserts_keeps_acknowledged_rows() {
+    let mut server = TestServer::start();
+    {
+        let setup = server.connect("sundial").await;
+        setup
+            .batch_execute(
+                "CREATE TABLE conc (time timestamptz NOT NULL, id int8 NOT NULL, client int4) \
+                 WITH (tsdb.hypertable, tsdb.partition_column='time', tsdb.chunk_interval='1 hour')",
+            )
+            .await
+            .expect("create conc");
+    }
+    let conn_str = server.conn_str("sundial");
+    let started = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for c in 0..4i64 {
+        let conn_str = conn_str.clone();
+        let started = started.clone();
+        handles.push(tokio::spawn(async move {
+            let (client, conn) = tokio_postgres::connect(&conn_str, NoTls)
+                .await
+                .expect("writer connects");
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            // Clients 0 and 1: simple-protocol multi-row INSERTs (1..=3 rows).
+            // Clients 2 and 3: a prepared single-row INSERT (extended protocol).
+            let stmt = if c >= 2 {
+                Some(
+                    client
+                        .prepare_typed(
+                            "INSERT INTO conc (time, id, client) VALUES ($1, $2, $3)",
+                            &[Type::TIMESTAMPTZ, Type::INT8, Type::INT4],
+                        )
+                        .await
+                        .expect("prepare insert"),
+                )
+            } else {
+                None
+            };
+            started.store(true, Ordering::SeqCst);
+            let mut sent: Vec<i64> = Vec::new();
+            let mut acked: Vec<i64> = Vec::new();
+            let mut n = 0i64;
+            let last_err;
+            loop {
+                let k = if stmt.is_some() { 1 } else { 1 + (n % 3) };
+                let ids: Vec<i64> = (0..k).map(|j| c * 100_000_000 + n + j).collect();
+                n += k;
+                sent.extend(&ids);
+                let res = match &stmt {
+                    Some(stmt) => {
+                        let t = base_time() + chrono::Duration::milliseconds(ids[0] % 100_000_000);
+                        client
+                            .execute(stmt, &[&t, &ids[0], &(c as i32)])
+                            .await
+                            .map(|_| ())
+                    }
+                    None => {
+                        let values: Vec<String> = ids
+                            .iter()
+                            .map(|id| {
+                                let t =
+                                    base_time() + chrono::Duration::milliseconds(id % 100_000_000);
+                                format!("('{}', {id}, {c})", t.format("%Y-%m-%d %H:%M:%S%.3f+00"))
+                            })
+                            .collect();
+                        client
+                            .batch_execute(&format!(
+                                "INSERT INTO conc (time, id, client) VALUES {}",
+                                values.join(", ")
+                            ))
+                            .await
+                    }
+                };
+                match res {
+                    Ok(()) => acked.extend(&ids),
+                    Err(e) => {
+                        last_err = e.to_string();
+                        break;
+                    }
+                }
+            }
+            (sent, acked, last_err)
+        }));
+    }
+
+    // Let the writers run for ~2 s, then pull the plug while they are mid-flight.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(started.load(Ordering::SeqCst), "writers started");
+    server.kill9();
+
+    let mut sent_all: HashSet<i64> = HashSet::new();
+    let mut acked_all: Vec<i64> = Vec::new();
+    for (c, h) in handles.into_iter().enumerate() {
+        let (sent, acked, last_err) = tokio::time::timeout(Duration::from_secs(60), h)
+            .await
+            .expect("writer noticed the dead server")
+            .expect("writer task");
+        assert!(
+            !acked.is_empty(),
+            "writer {c} got no acknowledged insert; first error: {last_err}"
+        );
+        sent_all.extend(sent);
+        acked_all.extend(acked);
+    }
+
+    server.restart();
+    let client = server.connect("sundial").await;
+    let present = all_ids(&client, "conc").await;
+    let present_set: HashSet<i64> = present.iter().copied().collect();
+    assert_eq!(
+        present.len(),
+        present_set.len(),
+        "some id appears more than once after recovery"
+    );
+    let phantom: Vec<i64> = present_set
+        .difference(&sent_all)
+        .copied()
+        .take(10)
+        .collect();
+    assert!(
+        phantom.is_empty(),
+        "ids never sent are present: {phantom:?}"
+    );
+    let lost: Vec<i64> = acked_all
+        .iter()
+        .filter(|id| !present_set.contains(id))
+        .copied()
+        .take(10)
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged ids missing after kill -9 ({} acknowledged, {} present): {lost:?}",
+        acked_all.len(),
+        present_set.len()
+    );
+
+    // The recovered server accepts new writes that survive another crash.
+    client
+        .batch_execute(
+            "INSERT INTO conc (time, id, client) VALUES ('2024-01-01 00:00:00+00', -1, -1)",
+        )
+        .await
+        .expect("insert after recovery");
+    drop(client);
+    server.kill9();
+    server.restart();
+    let client = server.connect("sundial").await;
+    let again: HashSet<i64> = all_ids(&client, "conc").await.into_iter().collect();
+    assert!(again.contains(&-1));
+    assert_eq!(again.len(), present_set.len() + 1);
+}
+
+// ---------------------------------------------------------------------------
+// damaged WAL
+// ---------------------------------------------------------------------------
+
+/// Ten INSERT statements of three rows each (ids 10*s .. 10*s+2): ten WAL records.
+async fn ten_statements(client: &Client, table: &str) {
+    create_hypertable(client, table).await;
+    for stmt in 0..10i64 {
+        let ids: Vec<i64> = (0..3).map(|j| stmt * 10 + j).collect();
+        insert_ids(client, table, &ids, 600, 3).await;
+    }
+}
+
+fn statement_ids(stmt: i64) -> Vec<i64> {
+    (0..3).map(|j| stmt * 10 + j).collect()
+}
+
+#[tokio::test]
+async fn garbage_after_last_wal_record_is_ignored() {
+    let mut server = TestServer::start();
+    {
+        let client = server.connect("sundial").await;
+        ten_statements(&client, "wt").await;
+    }
+    server.kill9();
+
+    let seg = last_segment(&server.data_dir);
+    let bytes = std::fs::read(&seg).unwrap();
+    assert!(
+        !parse_records(&bytes).is_empty(),
+        "{} holds no complete record",
+        seg.display()
+    );
+    // 37 garbage bytes; the first four read as a length far beyond the file.
+    let garbage: Vec<u8> = (0..37u32).map(|i| (i * 73 + 0xA5) as u8 | 0x80).collect();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
+    std::io::Write::write_all(&mut f, &garbage).unwrap();
+    drop(f);
+
+    server
+        .try_restart()
+        .unwrap_or_else(|e| panic!("server must start despite a garbage WAL tail; stderr:\n{e}"));
+    {
+        let client = server.connect("sundial").await;
+        let ids: HashSet<i64> = all_ids(&client, "wt").await.into_iter().collect();
+        let want: HashSet<i64> = (0..10).flat_map(statement_ids).collect();
+        assert_eq!(ids, want);
+        // New writes after recovery must not end up behind the garbage.
+        insert_ids(&client, "wt", &[1000, 1001], 600, 1).await;
+    }
+    server.kill9();
+    server
+        .try_restart()
+        .unwrap_or_else(|e| panic!("second restart after a garbage tail failed; stderr:\n{e}"));
+    let client = server.connect("sundial").await;
+    let ids: HashSet<i64> = all_ids(&client, "wt").await.into_iter().collect();
+    assert_eq!(ids.len(), 32, "{ids:?}");
+    assert!(ids.contains(&1000) && ids.contains(&1001));
+}
+
+#[tokio::test]
+async fn torn_final_wal_record_is_truncated() {
+    let mut server = TestServer::start();
+    {
+        let client = server.connect("sundial").await;
+        ten_statements(&client, "wt").await;
+    }
+    server.kill9();
+
+    let seg = last_segment(&server.data_dir);
+    let bytes = std::fs::read(&seg).unwrap();
+    let recs = parse_records(&bytes);
+    let &(off, len) = recs.last().expect("last segment holds a complete record");
+    let end = off + 8 + len;
+    // Cut the last complete record short by 5 bytes (and drop anything after it).
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    f.set_len((end - 5) as u64).unwrap();
+    drop(f);
+
+    server
+        .try_restart()
+        .unwrap_or_else(|e| panic!("server must start despite a torn final record; stderr:\n{e}"));
+    {
+        let client = server.connect("sundial").await;
+        let ids: HashSet<i64> = all_ids(&client, "wt").await.into_iter().collect();
+        for stmt in 0..9 {
+            for id in statement_ids(stmt) {
+                assert!(ids.contains(&id), "id {id} of an intact record is missing");
+            }
+        }
+        let last: Vec<bool> = statement_ids(9).iter().map(|id| ids.contains(id)).collect();
+        assert!(
+            last.iter().all(|&b| b) || last.iter().all(|&b| !b),
+            "the last INSERT is all or nothing: {last:?}"
+        );
+        assert!(ids.len() == 27 || ids.len() == 30, "{ids:?}");
+        insert_ids(&client, "wt", &[2000], 600, 1).await;
+    }
+    server.kill9();
+    server
+        .try_restart()
+        .unwrap_or_else(|e| panic!("second restart after a torn record failed; stderr:\n{e}"));
+    let client = server.connect("sundial").await;
+    let ids: HashSet<i64> = all_ids(&client, "wt").await.into_iter().collect();
+    assert!(
+        ids.contains(&2000),
+        "write after recovery survives another crash"
+    );
+    for id in (0..9).flat_map(statement_ids) {
+        assert!(ids.contains(&id));
+    }
+}
+
+#[tokio::test]
+async fn corruption_in_the_middle_of_the_wal_fails_startup() {
+    let mut server = TestServer::start();
+    {
+        let client = server.connect("sundial").await;
+        ten_statements(&client, "wt").await;
+    }
+    server.kill9();
+
+    let seg = last_segment(&server.data_dir);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let recs = parse_records(&bytes);
+    assert!(
+        recs.len() >= 2,
+        "expected several records in {}, found {}",
+        seg.display(),
+        recs.len()
+    );
+    assert_eq!(recs[0].0, 8, "first record right after the segment header");
+    assert!(recs[0].1 > 2, "first record payload too short to damage");
+    bytes[8 + 8 + 2] ^= 0xFF;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let stderr = server
+        .try_restart()
+        .err()
+        .expect("a bad CRC before valid records must stop start-up");
+    let name = seg.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        stderr.contains(&name),
+        "stderr should name the segment {name}:\n{stderr}"
+    );
+    assert!(
+        stderr.to_lowercase().contains("offset"),
+        "stderr should give the offset:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("sundial: error:"),
+        "start-up failure line `sundial: error: ...` missing:\n{stderr}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// graceful shutdown
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn sigterm_flushes_memtables_to_parquet() {
+    let mut server = TestServer::start();
+    let ids: Vec<i64> = (0..1000).collect();
+    {
+        let client = server.connect("sundial").await;
+        create_hypertable(&client, "g").await;
+        // 259 s apart: 1000 rows span three days.
+        insert_ids(&client, "g", &ids, 259, 100).await;
+    }
+    let status = server.terminate().expect("server was running");
+    assert!(status.success(), "SIGTERM exit status: {status:?}");
+
+    let mut parquet = Vec::new();
+    files_with_ext(&server.data_dir.join("data"), "parquet", &mut parquet);
+    assert!(
+        !parquet.is_empty(),
+        "no Parquet file under {} after graceful shutdown",
+        server.data_dir.join("data").display()
+    );
+
+    server.restart();
+    let client = server.connect("sundial").await;
+    assert!(int_one(&client, "SELECT count(*) FROM sundial_chunk_files").await > 0);
+    assert_eq!(
+        int_one(
+            &client,
+            "SELECT sum(row_count) FROM sundial_chunk_files WHERE hypertable_name = 'g'"
+        )
+        .await,
+        1000,
+        "every row is in a Parquet file"
+    );
+    assert_eq!(int_one(&client, "SELECT count(*) FROM g").await, 1000);
+    assert_eq!(
+        int_one(&client, "SELECT sum(id) FROM g").await,
+        (0..1000i128).sum::<i128>()
+    );
+    // Files listed by the view exist on disk.
+    let rows = text_rows(
+        &client,
+        "SELECT file_path FROM sundial_chunk_files WHERE hypertable_name = 'g'",
+    )
+    .await;
+    assert!(!rows.is_empty());
+    for r in rows {
+        let p = r[0].clone().expect("file_path not null");
+        let abs = if Path::new(&p).is_absolute() {
+            PathBuf::from(&p)
+        } else {
+            server.data_dir.join(&p)
+        };
+        let rel_data = server.data_dir.join("data").join(&p);
+        assert!(
+            abs.exists() || rel_data.exists() || parquet.iter().any(|f| f.ends_with(&p)),
+            "sundial_chunk_files lists {p}, which is not on disk"
+        );
+    }
+}

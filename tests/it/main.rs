@@ -1,0 +1,4 @@
+mod durability;
+mod errors;
+mod harness;
+mod wire;
