@@ -1,1 +1,202 @@
-fn main() {}
+//! Criterion micro-benchmarks of the storage path: write-path appends (WAL with and
+//! without fsync), memtable flush to Parquet, and a range query touching 1 of 100
+//! chunks against a full scan of the same 10M-row hypertable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{
+    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use sundial::catalog::TableDef;
+use sundial::config::{Config, FsyncPolicy};
+use sundial::sql::Session;
+use sundial::{Engine, sql::Output};
+
+const DAY: i64 = 86_400_000_000;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> (Arc<Engine>, Session) {
+    let config = Config {
+        data_dir: dir.to_path_buf(),
+        wal_fsync: fsync,
+        flush_size: 1 << 40,
+        flush_age: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let engine = Engine::open(config).await.expect("open");
+    let s = Session::new(engine.clone(), "sundial", "bench", 1).expect("session");
+    s.run_sql(
+        "CREATE TABLE m (time timestamptz NOT NULL, host text, v double precision, n bigint) \
+         WITH (tsdb.hypertable, tsdb.chunk_interval = '1 day')",
+    )
+    .await
+    .expect("create");
+    (engine, s)
+}
+
+fn table(engine: &Engine) -> Arc<TableDef> {
+    engine
+        .catalog
+        .snapshot()
+        .table("sundial", "m")
+        .expect("table")
+        .clone()
+}
+
+/// `rows` rows starting at `t0`, one every `step` µs.
+fn batch(t0: i64, step: i64, rows: usize) -> RecordBatch {
+    let t: Vec<i64> = (0..rows as i64).map(|i| t0 + i * step).collect();
+    let host: Vec<String> = (0..rows).map(|i| format!("host_{}", i % 100)).collect();
+    let v: Vec<f64> = (0..rows).map(|i| (i % 1000) as f64 * 0.5).collect();
+    let n: Vec<i64> = (0..rows as i64).collect();
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(TimestampMicrosecondArray::from(t).with_timezone("UTC")),
+        Arc::new(StringArray::from(host)),
+        Arc::new(Float64Array::from(v)),
+        Arc::new(Int64Array::from(n)),
+    ];
+    RecordBatch::try_new(table_schema(), cols).expect("batch")
+}
+
+fn table_schema() -> arrow::datatypes::SchemaRef {
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    Arc::new(Schema::new(vec![
+        Field::new(
+            "time",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new("host", DataType::Utf8, true),
+        Field::new("v", DataType::Float64, true),
+        Field::new("n", DataType::Int64, true),
+    ]))
+}
+
+fn write_path(c: &mut Criterion) {
+    let rt = rt();
+    let mut g = c.benchmark_group("write");
+    g.sample_size(10);
+    for (name, policy) in [
+        ("fsync", FsyncPolicy::Fsync),
+        ("nofsync", FsyncPolicy::None),
+    ] {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (engine, _s) = rt.block_on(open(dir.path(), policy));
+        let t = table(&engine);
+        let b = batch(0, 1_000_000, 5000);
+        g.throughput(Throughput::Elements(5000 * 8));
+        g.bench_function(
+            BenchmarkId::new("append_5000_rows_x8_writers", name),
+            |bench| {
+                bench.iter(|| {
+                    rt.block_on(async {
+                        let mut tasks = vec![];
+                        for _ in 0..8 {
+                            let w = engine.writer.clone();
+                            let t = t.clone();
+                            let b = b.clone();
+                            tasks.push(tokio::spawn(async move { w.write(&t, b).await }));
+                        }
+                        for task in tasks {
+                            task.await.expect("join").expect("write");
+                        }
+                    })
+                })
+            },
+        );
+        // keep memory bounded between policies
+        rt.block_on(engine.writer.flush_all()).expect("flush");
+    }
+    g.finish();
+}
+
+fn flush(c: &mut Criterion) {
+    let rt = rt();
+    let mut g = c.benchmark_group("flush");
+    g.sample_size(10);
+    let rows = 1_000_000usize;
+    g.throughput(Throughput::Elements(rows as u64));
+    g.bench_function("flush_1M_rows_to_parquet", |bench| {
+        bench.iter_batched(
+            || {
+                let dir = tempfile::tempdir().expect("tmp");
+                let (engine, _s) = rt.block_on(open(dir.path(), FsyncPolicy::None));
+                let t = table(&engine);
+                rt.block_on(async {
+                    for i in 0..(rows / 100_000) {
+                        engine
+                            .writer
+                            .write(&t, batch(i as i64 * 100_000 * 1000, 1000, 100_000))
+                            .await
+                            .expect("write");
+                    }
+                });
+                (dir, engine)
+            },
+            |(_dir, engine)| rt.block_on(engine.writer.flush_all()).expect("flush"),
+            criterion::BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+async fn count(s: &Session, sql: &str) -> usize {
+    let mut n = 0;
+    for out in s.run_sql(sql).await.expect("query") {
+        if let Output::Rows(_, mut stream) = out {
+            use futures::StreamExt;
+            while let Some(b) = stream.next().await {
+                n += b.expect("batch").num_rows();
+            }
+        }
+    }
+    n
+}
+
+fn pruning(c: &mut Criterion) {
+    let rt = rt();
+    let dir = tempfile::tempdir().expect("tmp");
+    let (engine, s) = rt.block_on(open(dir.path(), FsyncPolicy::None));
+    let t = table(&engine);
+    // 10M rows over 100 daily chunks (100k rows a chunk).
+    rt.block_on(async {
+        for day in 0..100i64 {
+            let step = DAY / 100_000;
+            engine
+                .writer
+                .write(&t, batch(day * DAY, step, 100_000))
+                .await
+                .expect("write");
+            if day % 20 == 19 {
+                engine.writer.flush_all().await.expect("flush");
+            }
+        }
+        engine.writer.flush_all().await.expect("flush");
+    });
+    let mut g = c.benchmark_group("query_10M_rows_100_chunks");
+    g.sample_size(10);
+    g.bench_function("range_1_of_100_chunks", |b| {
+        b.iter(|| {
+            rt.block_on(count(
+                &s,
+                "SELECT avg(v), max(n) FROM m WHERE time >= '1970-02-01' AND time < '1970-02-02'",
+            ))
+        })
+    });
+    g.bench_function("full_scan", |b| {
+        b.iter(|| rt.block_on(count(&s, "SELECT avg(v), max(n) FROM m")))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, write_path, flush, pruning);
+criterion_main!(benches);

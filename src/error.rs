@@ -114,6 +114,9 @@ impl Error {
 
 fn arrow_sqlstate(e: &arrow::error::ArrowError) -> &'static str {
     use arrow::error::ArrowError as A;
+    if let Some(code) = common_message_sqlstate(&e.to_string().to_ascii_lowercase()) {
+        return code;
+    }
     match e {
         A::CastError(m) | A::ParseError(m) => cast_message_sqlstate(m),
         A::DivideByZero => "22012",
@@ -185,9 +188,25 @@ pub fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
     }
 }
 
+/// Messages that mean the same thing whatever DataFusion variant carries them.
+fn common_message_sqlstate(l: &str) -> Option<&'static str> {
+    if l.contains("non-nullable") || l.contains("violates not-null") {
+        Some("23502")
+    } else if l.contains("inconsistent data length across values list")
+        || l.contains("column count doesn't match")
+        || l.contains("more expressions than target columns")
+    {
+        Some("42601")
+    } else {
+        None
+    }
+}
+
 fn plan_message_sqlstate(m: &str) -> &'static str {
     let l = m.to_ascii_lowercase();
-    if l.contains("table") && l.contains("not found") {
+    if let Some(code) = common_message_sqlstate(&l) {
+        code
+    } else if l.contains("table") && l.contains("not found") {
         "42P01"
     } else if l.contains("invalid function")
         || (l.contains("function") && l.contains("not found"))
@@ -209,7 +228,9 @@ fn plan_message_sqlstate(m: &str) -> &'static str {
 
 fn execution_message_sqlstate(m: &str) -> &'static str {
     let l = m.to_ascii_lowercase();
-    if l.contains("cast") || l.contains("parse") || l.contains("invalid") {
+    if let Some(code) = common_message_sqlstate(&l) {
+        code
+    } else if l.contains("cast") || l.contains("parse") || l.contains("invalid") {
         cast_message_sqlstate(m)
     } else if l.contains("divide by zero") || l.contains("division by zero") {
         "22012"

@@ -5,6 +5,7 @@
 pub mod ddl;
 pub mod functions;
 pub mod interval;
+pub mod names;
 pub mod prepass;
 pub mod session;
 
@@ -37,8 +38,13 @@ pub enum Output {
 /// A statement ready to execute (the extended protocol keeps these across Binds).
 #[derive(Debug, Clone)]
 pub enum Prepared {
-    /// Planned by DataFusion; may hold `$n` placeholders.
-    Plan { plan: LogicalPlan, is_dml: bool },
+    /// Planned by DataFusion; may hold `$n` placeholders. `names` are the column
+    /// names PostgreSQL would give the result (DataFusion names them by expression).
+    Plan {
+        plan: LogicalPlan,
+        is_dml: bool,
+        names: Option<Vec<String>>,
+    },
     /// Handled by Sundial itself.
     Native(Box<Statement>),
 }
@@ -68,13 +74,35 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
     Ok(stmts)
 }
 
-/// Gives `timestamp[tz]` casts PostgreSQL's microsecond precision.
+/// Gives `timestamp[tz]` casts PostgreSQL's microsecond precision and makes
+/// casts to text produce PostgreSQL's text (`pg_text`).
 struct Normalize;
 
 impl VisitorMut for Normalize {
     type Break = ();
     fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
         match expr {
+            ast::Expr::Cast {
+                data_type: ast::DataType::Text | ast::DataType::Varchar(None),
+                expr: inner,
+                ..
+            } if !matches!(inner.as_ref(), ast::Expr::Value(_)) => {
+                let arg = std::mem::replace(inner.as_mut(), ast::Expr::value(ast::Value::Null));
+                *expr = ast::Expr::Function(ast::Function {
+                    name: ast::ObjectName::from(vec![ast::Ident::new("pg_text")]),
+                    uses_odbc_syntax: false,
+                    parameters: ast::FunctionArguments::None,
+                    args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+                        duplicate_treatment: None,
+                        args: vec![ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(arg))],
+                        clauses: vec![],
+                    }),
+                    filter: None,
+                    null_treatment: None,
+                    over: None,
+                    within_group: vec![],
+                });
+            }
             ast::Expr::Cast { data_type, .. } => micro(data_type),
             ast::Expr::TypedString(ts) => micro(&mut ts.data_type),
             _ => {}
@@ -106,6 +134,15 @@ impl Session {
 
     /// Prepares one statement: plans DataFusion statements, keeps native ones as AST.
     pub async fn prepare(&self, stmt: Statement) -> Result<Prepared> {
+        self.prepare_typed(stmt, &[]).await
+    }
+
+    /// Like [`Session::prepare`], with parameter types the client declared (`$1` first).
+    pub async fn prepare_typed(
+        &self,
+        stmt: Statement,
+        declared: &[Option<arrow::datatypes::DataType>],
+    ) -> Result<Prepared> {
         if is_native(&stmt) {
             return Ok(Prepared::Native(Box::new(stmt)));
         }
@@ -113,12 +150,21 @@ impl Session {
             stmt,
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
         );
+        let names = match &stmt {
+            Statement::Query(q) => names::query_names(q),
+            _ => None,
+        };
         let plan = self
             .ctx
             .state()
             .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
             .await?;
-        Ok(Prepared::Plan { plan, is_dml })
+        let plan = infer_placeholders(plan, declared)?;
+        Ok(Prepared::Plan {
+            plan,
+            is_dml,
+            names,
+        })
     }
 
     /// Runs a prepared statement with parameter values.
@@ -129,7 +175,11 @@ impl Session {
     ) -> Result<Output> {
         match prepared {
             Prepared::Native(stmt) => self.execute_native(stmt).await,
-            Prepared::Plan { plan, is_dml } => {
+            Prepared::Plan {
+                plan,
+                is_dml,
+                names,
+            } => {
                 let plan = match params {
                     Some(p) => plan.clone().with_param_values(p)?,
                     None => plan.clone(),
@@ -148,7 +198,8 @@ impl Session {
                         .sum();
                     return Ok(Output::Command(format!("INSERT 0 {n}")));
                 }
-                let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+                let schema =
+                    names::rename(Arc::new(df.schema().as_arrow().clone()), names.as_deref());
                 let stream = df.execute_stream().await?;
                 Ok(Output::Rows(schema, stream))
             }
@@ -171,6 +222,60 @@ impl Session {
         }
         ddl::execute(self, stmt).await
     }
+}
+
+/// Gives untyped `$n` placeholders a type: the client's declared one, else the type
+/// of a cast directly around it (`$1::timestamptz`).
+fn infer_placeholders(
+    plan: LogicalPlan,
+    declared: &[Option<arrow::datatypes::DataType>],
+) -> Result<LogicalPlan> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::logical_expr::Expr;
+    use datafusion::logical_expr::expr::{Cast, Placeholder};
+    let field = |dt: &arrow::datatypes::DataType| {
+        Some(Arc::new(arrow::datatypes::Field::new("", dt.clone(), true)))
+    };
+    let declared_for = |id: &str| -> Option<arrow::datatypes::DataType> {
+        let i: usize = id.trim_start_matches('$').parse().ok()?;
+        declared.get(i.checked_sub(1)?).cloned().flatten()
+    };
+    let out = plan.transform_up_with_subqueries(|node| {
+        node.map_expressions(|e| {
+            e.transform_up(|e| {
+                Ok(match e {
+                    Expr::Placeholder(Placeholder { id, field: None }) => match declared_for(&id) {
+                        Some(dt) => Transformed::yes(Expr::Placeholder(Placeholder {
+                            field: field(&dt),
+                            id,
+                        })),
+                        None => Transformed::no(Expr::Placeholder(Placeholder { id, field: None })),
+                    },
+                    Expr::Cast(Cast {
+                        expr,
+                        field: target,
+                    }) => match *expr {
+                        Expr::Placeholder(Placeholder { id, field: None }) => {
+                            let ph = Expr::Placeholder(Placeholder {
+                                id,
+                                field: field(target.data_type()),
+                            });
+                            Transformed::yes(Expr::Cast(Cast {
+                                expr: Box::new(ph),
+                                field: target,
+                            }))
+                        }
+                        inner => Transformed::no(Expr::Cast(Cast {
+                            expr: Box::new(inner),
+                            field: target,
+                        })),
+                    },
+                    other => Transformed::no(other),
+                })
+            })
+        })
+    })?;
+    Ok(out.data)
 }
 
 /// Statements Sundial runs itself rather than through DataFusion.

@@ -1,4 +1,5 @@
 mod durability;
 mod errors;
 mod harness;
+mod pg_compare;
 mod wire;

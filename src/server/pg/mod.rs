@@ -36,13 +36,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::Engine;
 use crate::error::Error;
+use crate::sql::functions::pgtext::pg_text_batch;
 use crate::sql::{self, Output, Prepared, Session};
 
 /// Converts a Sundial error to a client-visible ErrorResponse.
 pub fn to_pg(e: Error) -> PgWireError {
     let code = e.sqlstate();
     let msg = match &e {
-        Error::DataFusion(df) => strip_df(&df.to_string()),
+        Error::DataFusion(df) => pg_message(code, &strip_df(&df.to_string())),
         other => other.to_string(),
     };
     PgWireError::UserError(Box::new(ErrorInfo::new(
@@ -52,9 +53,48 @@ pub fn to_pg(e: Error) -> PgWireError {
     )))
 }
 
+/// Rewrites DataFusion wording into PostgreSQL's where clients rely on it.
+fn pg_message(code: &str, m: &str) -> String {
+    if code == "23502" {
+        return "null value violates not-null constraint".into();
+    }
+    if code == "42601" && m.contains("values list") {
+        return "INSERT has more expressions than target columns".into();
+    }
+    if code == "42P01"
+        && let Some(rest) = m.strip_prefix("table '")
+        && let Some(name) = rest.split('\'').next()
+    {
+        let short = name.rsplit('.').next().unwrap_or(name);
+        return format!("relation \"{short}\" does not exist");
+    }
+    if let Some(rest) = m.strip_prefix("Cast error: Cannot cast string '")
+        && let Some((value, ty)) = rest.split_once("' to value of ")
+    {
+        let ty = ty.trim_end_matches(" type");
+        let pg = match ty {
+            "Int16" => "smallint",
+            "Int32" => "integer",
+            "Int64" => "bigint",
+            "Float32" => "real",
+            "Float64" => "double precision",
+            "Boolean" => "boolean",
+            t if t.starts_with("Timestamp") => "timestamp with time zone",
+            t if t.starts_with("Date") => "date",
+            t if t.starts_with("Decimal") => "numeric",
+            other => other,
+        };
+        return format!("invalid input syntax for type {pg}: \"{value}\"");
+    }
+    m.to_string()
+}
+
 /// DataFusion prefixes messages with "Error during planning: " and the like.
 fn strip_df(m: &str) -> String {
     let m = m.trim();
+    if let Some((_, last)) = m.rsplit_once("caused by\n") {
+        return strip_df(last);
+    }
     for p in [
         "Error during planning: ",
         "Execution error: ",
@@ -299,11 +339,13 @@ fn to_response(c: &Conn, out: Output, format: &Format) -> PgWireResult<Response>
             let f2 = fields.clone();
             let rows = stream
                 .map(move |b| {
-                    let it: Box<dyn Iterator<Item = PgWireResult<_>> + Send + Sync> =
-                        match b.and_then(|b| localize(b, &tz)) {
-                            Ok(b) => encode_recordbatch(f2.clone(), b),
-                            Err(e) => Box::new(std::iter::once(Err(to_pg(Error::DataFusion(e))))),
-                        };
+                    let it: Box<dyn Iterator<Item = PgWireResult<_>> + Send + Sync> = match b
+                        .and_then(|b| localize(b, &tz))
+                        .and_then(|b| pg_text_batch(b, &f2))
+                    {
+                        Ok(b) => encode_recordbatch(f2.clone(), b),
+                        Err(e) => Box::new(std::iter::once(Err(to_pg(Error::DataFusion(e))))),
+                    };
                     futures::stream::iter(it)
                 })
                 .flatten();
@@ -370,6 +412,25 @@ pub struct Stmt {
     prepared: Prepared,
 }
 
+/// Arrow type for a parameter type a client declares in Parse.
+fn pg_to_arrow(t: &Type) -> Option<DataType> {
+    use arrow::datatypes::TimeUnit;
+    Some(match *t {
+        Type::BOOL => DataType::Boolean,
+        Type::INT2 => DataType::Int16,
+        Type::INT4 => DataType::Int32,
+        Type::INT8 => DataType::Int64,
+        Type::FLOAT4 => DataType::Float32,
+        Type::FLOAT8 => DataType::Float64,
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => DataType::Utf8,
+        Type::BYTEA => DataType::Binary,
+        Type::DATE => DataType::Date32,
+        Type::TIMESTAMP => DataType::Timestamp(TimeUnit::Microsecond, None),
+        Type::TIMESTAMPTZ => DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("UTC"))),
+        _ => return None,
+    })
+}
+
 /// Plans statements at Parse time.
 pub struct Parser;
 
@@ -402,11 +463,18 @@ fn param_types(p: &Prepared) -> Vec<Option<DataType>> {
 
 fn result_schema(p: &Prepared) -> Option<SchemaRef> {
     match p {
-        Prepared::Plan { plan, is_dml } => {
+        Prepared::Plan {
+            plan,
+            is_dml,
+            names,
+        } => {
             if *is_dml {
                 None
             } else {
-                Some(Arc::new(plan.schema().as_arrow().clone()))
+                Some(sql::names::rename(
+                    Arc::new(plan.schema().as_arrow().clone()),
+                    names.as_deref(),
+                ))
             }
         }
         Prepared::Native(stmt) => {
@@ -423,7 +491,7 @@ impl QueryParser for Parser {
         &self,
         client: &C,
         sql_text: &str,
-        _types: &[Option<Type>],
+        types: &[Option<Type>],
     ) -> PgWireResult<Option<Stmt>>
     where
         C: ClientInfo + Unpin + Send + Sync,
@@ -439,7 +507,15 @@ impl QueryParser for Parser {
         let Some(stmt) = stmts.pop() else {
             return Ok(None);
         };
-        let prepared = c.session.prepare(stmt).await.map_err(to_pg)?;
+        let declared: Vec<Option<DataType>> = types
+            .iter()
+            .map(|t| t.as_ref().and_then(pg_to_arrow))
+            .collect();
+        let prepared = c
+            .session
+            .prepare_typed(stmt, &declared)
+            .await
+            .map_err(to_pg)?;
         Ok(Some(Stmt { prepared }))
     }
 

@@ -1,0 +1,350 @@
+//! PostgreSQL's text output for the types whose Rust/Arrow rendering differs:
+//! timestamps (`2024-01-01 00:00:00+00`, trailing zeros trimmed), floats
+//! (`21`, `1e+20`, `NaN`, `Infinity`) and intervals (`1 day 02:00:00`).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
+use arrow::datatypes::{
+    DataType, Float32Type, Float64Type, IntervalMonthDayNanoType, IntervalUnit, Schema, TimeUnit,
+    TimestampMicrosecondType,
+};
+use chrono::{DateTime, Offset, TimeZone};
+use datafusion::error::Result;
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
+};
+use pgwire::api::results::{FieldFormat, FieldInfo};
+
+/// `pg_text(x)`: what `x::text` gives in PostgreSQL. Casts to text are rewritten to it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct PgText {
+    signature: Signature,
+}
+
+impl Default for PgText {
+    fn default() -> Self {
+        PgText {
+            signature: Signature::any(1, Volatility::Stable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for PgText {
+    fn name(&self) -> &str {
+        "pg_text"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
+        let tz = args
+            .config_options
+            .execution
+            .time_zone
+            .clone()
+            .unwrap_or_else(|| "UTC".into());
+        let arr = args.args[0].to_array(args.number_rows)?;
+        let arr = match arr.data_type() {
+            DataType::Timestamp(u, Some(_)) => {
+                arrow::compute::cast(&arr, &DataType::Timestamp(*u, Some(Arc::from(tz.as_str()))))?
+            }
+            _ => arr,
+        };
+        let out = match to_text(&arr)? {
+            Some(a) => a,
+            None => match arr.data_type() {
+                DataType::Boolean => {
+                    let b = arr.as_boolean();
+                    Arc::new(StringArray::from(
+                        (0..b.len())
+                            .map(|i| {
+                                b.is_valid(i)
+                                    .then_some(if b.value(i) { "true" } else { "false" })
+                            })
+                            .collect::<Vec<_>>(),
+                    ))
+                }
+                _ => arrow::compute::cast(&arr, &DataType::Utf8)?,
+            },
+        };
+        if scalar {
+            Ok(ColumnarValue::Scalar(
+                datafusion::common::ScalarValue::try_from_array(&out, 0)?,
+            ))
+        } else {
+            Ok(ColumnarValue::Array(out))
+        }
+    }
+}
+
+/// Replaces text-format columns of those types by their PostgreSQL text.
+pub fn pg_text_batch(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let mut changed = false;
+    let mut cols = Vec::with_capacity(batch.num_columns());
+    let mut out_fields = Vec::with_capacity(batch.num_columns());
+    for (i, (f, c)) in schema.fields().iter().zip(batch.columns()).enumerate() {
+        let text = fields
+            .get(i)
+            .map(|fi| fi.format() == FieldFormat::Text)
+            .unwrap_or(false);
+        let converted = if text { to_text(c)? } else { None };
+        match converted {
+            Some(a) => {
+                changed = true;
+                out_fields.push(f.as_ref().clone().with_data_type(DataType::Utf8));
+                cols.push(a);
+            }
+            None => {
+                out_fields.push(f.as_ref().clone());
+                cols.push(c.clone());
+            }
+        }
+    }
+    if !changed {
+        return Ok(batch);
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(out_fields)),
+        cols,
+    )?)
+}
+
+fn to_text(c: &ArrayRef) -> Result<Option<ArrayRef>> {
+    let out: Vec<Option<String>> = match c.data_type() {
+        DataType::Float64 => {
+            let a = c.as_primitive::<Float64Type>();
+            (0..a.len())
+                .map(|i| a.is_valid(i).then(|| float(a.value(i), 15)))
+                .collect()
+        }
+        DataType::Float32 => {
+            let a = c.as_primitive::<Float32Type>();
+            (0..a.len())
+                .map(|i| a.is_valid(i).then(|| float32(a.value(i))))
+                .collect()
+        }
+        DataType::Timestamp(_, tz) => {
+            let micros =
+                arrow::compute::cast(c, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+            let a = micros.as_primitive::<TimestampMicrosecondType>();
+            let zone: Option<chrono_tz::Tz> = tz.as_deref().and_then(|t| t.parse().ok());
+            let fixed: Option<chrono::FixedOffset> = match (&zone, tz.as_deref()) {
+                (None, Some(t)) => parse_offset(t),
+                _ => None,
+            };
+            (0..a.len())
+                .map(|i| {
+                    a.is_valid(i).then(|| {
+                        let v = a.value(i);
+                        match (tz, zone, fixed) {
+                            (None, _, _) => timestamp(v, None),
+                            (Some(_), Some(z), _) => timestamp_tz(v, &z),
+                            (Some(_), None, Some(f)) => timestamp_tz(v, &f),
+                            (Some(_), None, None) => timestamp_tz(v, &chrono::Utc),
+                        }
+                    })
+                })
+                .collect()
+        }
+        DataType::Interval(IntervalUnit::MonthDayNano) => {
+            let a = c.as_primitive::<IntervalMonthDayNanoType>();
+            (0..a.len())
+                .map(|i| {
+                    a.is_valid(i).then(|| {
+                        let v = a.value(i);
+                        interval(v.months, v.days, v.nanoseconds / 1000)
+                    })
+                })
+                .collect()
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(Arc::new(StringArray::from(out))))
+}
+
+fn parse_offset(t: &str) -> Option<chrono::FixedOffset> {
+    let (sign, rest) = match t.as_bytes().first()? {
+        b'+' => (1, &t[1..]),
+        b'-' => (-1, &t[1..]),
+        _ => return None,
+    };
+    let (h, m) = rest.split_once(':').unwrap_or((rest, "0"));
+    let secs = h.parse::<i32>().ok()? * 3600 + m.parse::<i32>().ok()? * 60;
+    chrono::FixedOffset::east_opt(sign * secs)
+}
+
+/// PostgreSQL float text with extra_float_digits = 1: shortest round-trip digits,
+/// exponent form below 1e-4 and from 1e15 (float8) / 1e6 (float4).
+pub fn float(v: f64, max_exp: i32) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
+    }
+    if v == 0.0 {
+        return if v.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
+    }
+    let exp = v.abs().log10().floor() as i32;
+    if exp < -4 || exp >= max_exp {
+        let s = format!("{v:e}");
+        let (mant, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let e: i32 = e.parse().unwrap_or(0);
+        let sign = if e < 0 { '-' } else { '+' };
+        format!("{mant}e{sign}{:02}", e.abs())
+    } else {
+        format!("{v}")
+    }
+}
+
+fn float32(v: f32) -> String {
+    if v.is_finite() && v != 0.0 {
+        let exp = v.abs().log10().floor() as i32;
+        if exp < -4 || exp >= 6 {
+            let s = format!("{v:e}");
+            let (mant, e) = s.split_once('e').unwrap_or((&s, "0"));
+            let e: i32 = e.parse().unwrap_or(0);
+            let sign = if e < 0 { '-' } else { '+' };
+            return format!("{mant}e{sign}{:02}", e.abs());
+        }
+        return format!("{v}");
+    }
+    float(v as f64, 6)
+}
+
+fn frac(micros: u32) -> String {
+    if micros == 0 {
+        String::new()
+    } else {
+        let s = format!(".{micros:06}");
+        s.trim_end_matches('0').to_string()
+    }
+}
+
+fn timestamp(v: i64, _tz: Option<&str>) -> String {
+    match DateTime::from_timestamp_micros(v) {
+        Some(dt) => {
+            let n = dt.naive_utc();
+            format!(
+                "{}{}",
+                n.format("%Y-%m-%d %H:%M:%S"),
+                frac(n.and_utc().timestamp_subsec_micros())
+            )
+        }
+        None => v.to_string(),
+    }
+}
+
+fn timestamp_tz<Z: TimeZone>(v: i64, zone: &Z) -> String {
+    let Some(dt) = DateTime::from_timestamp_micros(v) else {
+        return v.to_string();
+    };
+    let local = dt.with_timezone(zone);
+    let off = local.offset().fix().local_minus_utc();
+    let sign = if off < 0 { '-' } else { '+' };
+    let off = off.abs();
+    let (h, m, s) = (off / 3600, (off % 3600) / 60, off % 60);
+    let mut offs = format!("{sign}{h:02}");
+    if m != 0 || s != 0 {
+        offs.push_str(&format!(":{m:02}"));
+    }
+    if s != 0 {
+        offs.push_str(&format!(":{s:02}"));
+    }
+    format!(
+        "{}{}{}",
+        local.naive_local().format("%Y-%m-%d %H:%M:%S"),
+        frac(dt.timestamp_subsec_micros()),
+        offs
+    )
+}
+
+/// PostgreSQL's `IntervalStyle = postgres` output.
+pub fn interval(months: i32, days: i32, micros: i64) -> String {
+    let mut parts = vec![];
+    let (y, mo) = (months / 12, months % 12);
+    let plural = |n: i64, unit: &str| {
+        if n == 1 || n == -1 {
+            format!("{n} {unit}")
+        } else {
+            format!("{n} {unit}s")
+        }
+    };
+    if y != 0 {
+        parts.push(plural(y as i64, "year"));
+    }
+    if mo != 0 {
+        parts.push(plural(mo as i64, "mon"));
+    }
+    if days != 0 {
+        parts.push(plural(days as i64, "day"));
+    }
+    if micros != 0 || parts.is_empty() {
+        let neg = micros < 0;
+        let m = micros.unsigned_abs();
+        let (h, rem) = (m / 3_600_000_000, m % 3_600_000_000);
+        let (mi, rem) = (rem / 60_000_000, rem % 60_000_000);
+        let (s, us) = (rem / 1_000_000, rem % 1_000_000);
+        let sign = if neg {
+            "-"
+        } else if parts.iter().any(|p| p.starts_with('-')) {
+            "+"
+        } else {
+            ""
+        };
+        parts.push(format!("{sign}{h:02}:{mi:02}:{s:02}{}", frac(us as u32)));
+    }
+    parts.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_like_postgres() {
+        assert_eq!(float(21.0, 15), "21");
+        assert_eq!(float(20.5, 15), "20.5");
+        assert_eq!(float(1e20, 15), "1e+20");
+        assert_eq!(float(1.5e-7, 15), "1.5e-07");
+        assert_eq!(float(0.1 + 0.2, 15), "0.30000000000000004");
+        assert_eq!(float(f64::NAN, 15), "NaN");
+        assert_eq!(float(123456789012345.0, 15), "123456789012345");
+        assert_eq!(float(1234567890123456.0, 15), "1.234567890123456e+15");
+    }
+
+    #[test]
+    fn timestamps_and_intervals() {
+        assert_eq!(
+            timestamp_tz(1_704_067_200_000_000, &chrono::Utc),
+            "2024-01-01 00:00:00+00"
+        );
+        assert_eq!(
+            timestamp(1_704_067_200_500_000, None),
+            "2024-01-01 00:00:00.5"
+        );
+        let berlin: chrono_tz::Tz = "Europe/Berlin".parse().unwrap();
+        assert_eq!(
+            timestamp_tz(1_704_067_200_000_000, &berlin),
+            "2024-01-01 01:00:00+01"
+        );
+        assert_eq!(interval(0, 1, 7_200_000_000), "1 day 02:00:00");
+        assert_eq!(interval(14, 0, 0), "1 year 2 mons");
+        assert_eq!(interval(0, 0, 0), "00:00:00");
+        assert_eq!(interval(0, -3, 0), "-3 days");
+    }
+}

@@ -1,0 +1,106 @@
+//! Result column names as PostgreSQL assigns them: the alias, else the column or
+//! function name, else `?column?` (DataFusion would name columns by expression).
+
+use std::sync::Arc;
+
+use arrow::datatypes::{Schema, SchemaRef};
+use datafusion::sql::sqlparser::ast::{Expr, Query, SelectItem, SetExpr};
+
+/// Names of the top-level result columns, or `None` when they cannot be known
+/// from the text alone (`*`).
+pub fn query_names(q: &Query) -> Option<Vec<String>> {
+    set_names(&q.body)
+}
+
+fn set_names(body: &SetExpr) -> Option<Vec<String>> {
+    match body {
+        SetExpr::Select(sel) => sel
+            .projection
+            .iter()
+            .map(|item| match item {
+                SelectItem::UnnamedExpr(e) => Some(expr_name(e)),
+                SelectItem::ExprWithAlias { alias, .. } => Some(if alias.quote_style.is_some() {
+                    alias.value.clone()
+                } else {
+                    alias.value.to_ascii_lowercase()
+                }),
+                _ => None,
+            })
+            .collect(),
+        SetExpr::SetOperation { left, .. } => set_names(left),
+        SetExpr::Query(q) => query_names(q),
+        _ => None,
+    }
+}
+
+fn ident(i: &datafusion::sql::sqlparser::ast::Ident) -> String {
+    if i.quote_style.is_some() {
+        i.value.clone()
+    } else {
+        i.value.to_ascii_lowercase()
+    }
+}
+
+/// PostgreSQL's name for an unaliased select-list expression.
+pub fn expr_name(e: &Expr) -> String {
+    match e {
+        Expr::Identifier(i) => ident(i),
+        Expr::CompoundIdentifier(parts) => parts.last().map(ident).unwrap_or_default(),
+        Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(ident)
+            .unwrap_or_else(|| "?column?".into()),
+        Expr::Cast {
+            expr, data_type, ..
+        } => match expr.as_ref() {
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Function(_) => {
+                expr_name(expr)
+            }
+            _ => pg_type_name(&data_type.to_string()),
+        },
+        Expr::Nested(inner) => expr_name(inner),
+        Expr::Case { .. } => "case".into(),
+        Expr::Exists { .. } => "exists".into(),
+        Expr::Subquery(q) => query_names(q)
+            .and_then(|n| n.into_iter().next())
+            .unwrap_or_else(|| "?column?".into()),
+        _ => "?column?".into(),
+    }
+}
+
+fn pg_type_name(t: &str) -> String {
+    let l = t.to_ascii_lowercase();
+    let base = l.split('(').next().unwrap_or(&l).trim();
+    match base {
+        "int" | "integer" | "int4" => "int4",
+        "bigint" | "int8" => "int8",
+        "smallint" | "int2" => "int2",
+        "double precision" | "float8" | "double" => "float8",
+        "real" | "float4" => "float4",
+        "boolean" | "bool" => "bool",
+        "timestamptz" | "timestamp with time zone" => "timestamptz",
+        "timestamp" | "timestamp without time zone" => "timestamp",
+        "character varying" | "varchar" => "varchar",
+        "numeric" | "decimal" => "numeric",
+        other => return other.to_string(),
+    }
+    .to_string()
+}
+
+/// Applies PostgreSQL names to a result schema when the counts match.
+pub fn rename(schema: SchemaRef, names: Option<&[String]>) -> SchemaRef {
+    match names {
+        Some(n) if n.len() == schema.fields().len() => Arc::new(Schema::new(
+            schema
+                .fields()
+                .iter()
+                .zip(n)
+                .map(|(f, name)| f.as_ref().clone().with_name(name))
+                .collect::<Vec<_>>(),
+        )),
+        _ => schema,
+    }
+}
