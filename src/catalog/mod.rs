@@ -61,6 +61,9 @@ pub struct ColumnDef {
     pub name: String,
     pub sql_type: SqlType,
     pub nullable: bool,
+    /// `DEFAULT` expression as SQL text (a literal, `now()` or `current_timestamp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
 }
 
 /// One immutable Parquet file of a chunk.

@@ -27,6 +27,8 @@ pub fn new_context(engine: &Arc<Engine>, db: &str) -> SessionContext {
         let o = cfg.options_mut();
         o.execution.time_zone = Some("UTC".to_string());
         o.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+        // Numeric literals are numeric (decimal) in PostgreSQL, not double.
+        o.sql_parser.parse_float_as_decimal = true;
         o.execution.parquet.pushdown_filters = false;
         o.execution.parquet.enable_page_index = true;
     }

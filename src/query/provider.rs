@@ -39,16 +39,66 @@ pub struct HypertableProvider {
     table: Arc<TableDef>,
     writer: Arc<WriteService>,
     store_url: ObjectStoreUrl,
+    defaults: std::collections::HashMap<String, Expr>,
 }
 
 impl HypertableProvider {
     pub fn new(table: Arc<TableDef>, writer: Arc<WriteService>, store_url: ObjectStoreUrl) -> Self {
+        let defaults = table
+            .columns
+            .iter()
+            .filter_map(|c| {
+                let d = c.default.as_ref()?;
+                default_expr(d, &c.sql_type.to_arrow()).ok().map(|e| (c.name.clone(), e))
+            })
+            .collect();
         HypertableProvider {
             table,
             writer,
             store_url,
+            defaults,
         }
     }
+}
+
+/// Turns a stored `DEFAULT` (a literal, `now()` or `current_timestamp`) into an expression.
+pub fn default_expr(sql: &str, dt: &arrow::datatypes::DataType) -> crate::Result<Expr> {
+    use datafusion::sql::sqlparser::ast::{Expr as AstExpr, UnaryOperator, Value};
+    let parsed = datafusion::sql::sqlparser::parser::Parser::new(
+        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+    )
+    .try_with_sql(sql)
+    .and_then(|mut p| p.parse_expr())
+    .map_err(|e| crate::Error::Parse(e.to_string()))?;
+    let unsupported = || {
+        crate::Error::NotSupported(format!(
+            "DEFAULT {sql}: only constants, now() and current_timestamp are supported"
+        ))
+    };
+    let (neg, inner) = match &parsed {
+        AstExpr::UnaryOp { op: UnaryOperator::Minus, expr } => (true, expr.as_ref()),
+        other => (false, other),
+    };
+    let text = match inner {
+        AstExpr::Value(v) => match &v.value {
+            Value::Null => return Ok(Expr::Literal(ScalarValue::try_from(dt)?, None)),
+            Value::Number(n, _) => if neg { format!("-{n}") } else { n.clone() },
+            Value::SingleQuotedString(s) => s.clone(),
+            Value::Boolean(b) => b.to_string(),
+            _ => return Err(unsupported()),
+        },
+        AstExpr::Function(f) if ["now", "current_timestamp"].contains(&f.name.to_string().to_ascii_lowercase().as_str()) => {
+            return Ok(datafusion::functions::expr_fn::now());
+        }
+        AstExpr::Identifier(i) if i.value.eq_ignore_ascii_case("current_timestamp") => {
+            return Ok(datafusion::functions::expr_fn::now());
+        }
+        _ => return Err(unsupported()),
+    };
+    let v = ScalarValue::Utf8(Some(text.clone()))
+        .cast_to(dt)
+        .map_err(|_| crate::Error::sql("22P02", format!("invalid DEFAULT value {text} for type {dt}")))?;
+    Ok(Expr::Literal(v, None))
 }
 
 /// Statistics of a set of containers (files or memtable chunks) for pruning.
@@ -149,6 +199,10 @@ impl TableProvider for HypertableProvider {
 
     fn table_type(&self) -> TableType {
         TableType::Base
+    }
+
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        self.defaults.get(column)
     }
 
     fn supports_filters_pushdown(

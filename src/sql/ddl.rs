@@ -248,8 +248,13 @@ async fn drop_table(s: &Session, name: &str, if_exists: bool) -> Result<()> {
 fn column_def(c: &ast::ColumnDef) -> Result<ColumnDef> {
     let sql_type = SqlType::parse(&c.data_type.to_string())?;
     let mut nullable = true;
+    let mut default = None;
     for o in &c.options {
         match &o.option {
+            ColumnOption::Default(e) => {
+                crate::query::provider::default_expr(&e.to_string(), &sql_type.to_arrow())?;
+                default = Some(e.to_string());
+            }
             ColumnOption::NotNull => nullable = false,
             ColumnOption::Null => nullable = true,
             ColumnOption::PrimaryKey(_) => nullable = false,
@@ -260,6 +265,7 @@ fn column_def(c: &ast::ColumnDef) -> Result<ColumnDef> {
         name: fold(&c.name),
         sql_type,
         nullable,
+        default,
     })
 }
 
@@ -453,7 +459,7 @@ fn check_time_type(col: &ColumnDef) -> Result<()> {
         )))
     } else {
         Err(Error::sql(
-            "42804",
+            "22023",
             format!(
                 "invalid type for dimension \"{}\": {} is not a time type",
                 col.name,

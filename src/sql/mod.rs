@@ -69,17 +69,48 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
     let mut stmts =
         Parser::parse_sql(&PostgreSqlDialect {}, &sql).map_err(|e| Error::Parse(e.to_string()))?;
     for s in &mut stmts {
-        let _ = s.visit(&mut Normalize);
+        let mut n = Normalize::default();
+        if s.visit(&mut n).is_break() {
+            return Err(Error::Parse(format!(
+                "syntax error at or near \"{}\"",
+                n.reserved.unwrap_or_default()
+            )));
+        }
     }
     Ok(stmts)
 }
 
 /// Gives `timestamp[tz]` casts PostgreSQL's microsecond precision and makes
 /// casts to text produce PostgreSQL's text (`pg_text`).
-struct Normalize;
+#[derive(Default)]
+struct Normalize {
+    /// A reserved word used as a bare table name (PostgreSQL: syntax error).
+    reserved: Option<String>,
+}
+
+/// PostgreSQL keywords that cannot name a table without quotes.
+const RESERVED: &[&str] = &[
+    "all", "and", "any", "as", "asc", "case", "check", "column", "create", "default", "desc",
+    "distinct", "do", "else", "end", "except", "false", "fetch", "for", "from", "grant", "group",
+    "having", "in", "intersect", "into", "limit", "not", "null", "offset", "on", "or", "order",
+    "select", "table", "then", "to", "true", "union", "unique", "user", "using", "when", "where",
+    "with",
+];
 
 impl VisitorMut for Normalize {
     type Break = ();
+    fn pre_visit_relation(&mut self, rel: &mut ast::ObjectName) -> ControlFlow<()> {
+        if let [part] = rel.0.as_slice()
+            && let Some(i) = part.as_ident()
+            && i.quote_style.is_none()
+            && RESERVED.contains(&i.value.to_ascii_lowercase().as_str())
+        {
+            self.reserved = Some(i.value.clone());
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
         match expr {
             ast::Expr::Cast {
@@ -154,6 +185,10 @@ impl Session {
             Statement::Query(q) => names::query_names(q),
             _ => None,
         };
+        let mut stmt = stmt;
+        if let Statement::Query(q) = &mut stmt {
+            names::alias_duplicates(q);
+        }
         let plan = self
             .ctx
             .state()

@@ -334,6 +334,11 @@ pub fn validate(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
         } else {
             col
         };
+        let col = if matches!(f.data_type(), DataType::Binary) {
+            decode_bytea_hex(&col)?
+        } else {
+            col
+        };
         let must = !f.is_nullable() || table.time_column.as_deref() == Some(f.name().as_str());
         if must && col.null_count() > 0 {
             return Err(Error::sql(
@@ -348,6 +353,34 @@ pub fn validate(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
         cols.push(col);
     }
     Ok(RecordBatch::try_new(schema, cols)?)
+}
+
+/// PostgreSQL reads bytea text input `\\x0102ff` as hex: SQL literals reach us as the
+/// bytes of that text, so values in that form are decoded here.
+fn decode_bytea_hex(col: &arrow::array::ArrayRef) -> Result<arrow::array::ArrayRef> {
+    let arr = col.as_binary::<i32>();
+    let is_hex = |v: &[u8]| v.len() >= 2 && &v[..2] == b"\\x" && v[2..].len() % 2 == 0 && v[2..].iter().all(u8::is_ascii_hexdigit);
+    if !arr.iter().flatten().any(is_hex) {
+        return Ok(col.clone());
+    }
+    let hex = |c: u8| match c {
+        b'0'..=b'9' => c - b'0',
+        b'a'..=b'f' => c - b'a' + 10,
+        _ => c - b'A' + 10,
+    };
+    let out: arrow::array::BinaryArray = arr
+        .iter()
+        .map(|v| {
+            v.map(|v| {
+                if is_hex(v) {
+                    v[2..].chunks(2).map(|p| hex(p[0]) * 16 + hex(p[1])).collect::<Vec<u8>>()
+                } else {
+                    v.to_vec()
+                }
+            })
+        })
+        .collect();
+    Ok(Arc::new(out))
 }
 
 /// Microsecond time values of the partitioning column.

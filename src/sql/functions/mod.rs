@@ -2,6 +2,7 @@
 //! session functions clients call on connect (`version()`, `current_setting()`,
 //! `current_database()`, `current_schema()`, `pg_backend_pid()`).
 
+pub mod pgcast;
 pub mod pgtext;
 pub mod time_bucket;
 
@@ -152,6 +153,7 @@ impl ScalarUDFImpl for CurrentSetting {
 pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
     ctx.register_udf(ScalarUDF::from(time_bucket::TimeBucket::default()));
     ctx.register_udf(ScalarUDF::from(pgtext::PgText::default()));
+    ctx.add_analyzer_rule(Arc::new(pgcast::RoundingCasts::default()));
     ctx.register_udf(constant(
         "version",
         ScalarValue::Utf8(Some(version_string())),

@@ -1,0 +1,154 @@
+//! PostgreSQL's float/numeric → integer casts round instead of truncating:
+//! an analyzer rule wraps such casts in `pg_rint`, which rounds half to even for
+//! floats (as `rint`) and half away from zero for numeric, as PostgreSQL does.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, Decimal128Array, Float32Array, Float64Array};
+use arrow::datatypes::{DataType, Decimal128Type, Float32Type, Float64Type};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DFSchema, ExprSchema};
+use datafusion::error::Result;
+use datafusion::logical_expr::expr::{Cast, ScalarFunction};
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+
+/// `pg_rint(x)`: rounds to an integral value of the same type.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct PgRint {
+    signature: Signature,
+}
+
+impl Default for PgRint {
+    fn default() -> Self {
+        PgRint {
+            signature: Signature::any(1, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for PgRint {
+    fn name(&self) -> &str {
+        "pg_rint"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(args[0].clone())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
+        let a = args.args[0].to_array(args.number_rows)?;
+        let out: ArrayRef = match a.data_type() {
+            DataType::Float64 => Arc::new(
+                a.as_primitive::<Float64Type>()
+                    .iter()
+                    .map(|v| v.map(f64::round_ties_even))
+                    .collect::<Float64Array>(),
+            ),
+            DataType::Float32 => Arc::new(
+                a.as_primitive::<Float32Type>()
+                    .iter()
+                    .map(|v| v.map(f32::round_ties_even))
+                    .collect::<Float32Array>(),
+            ),
+            DataType::Decimal128(p, s) if *s > 0 => {
+                let f = 10i128.pow(*s as u32);
+                let arr = a.as_primitive::<Decimal128Type>();
+                let rounded: Decimal128Array = arr
+                    .iter()
+                    .map(|v| {
+                        v.map(|v| {
+                            let q = v / f;
+                            let r = v % f;
+                            let q = if r.abs() * 2 >= f { q + v.signum() } else { q };
+                            q * f
+                        })
+                    })
+                    .collect();
+                Arc::new(rounded.with_precision_and_scale(*p, *s)?)
+            }
+            _ => a,
+        };
+        if scalar {
+            Ok(ColumnarValue::Scalar(
+                datafusion::common::ScalarValue::try_from_array(&out, 0)?,
+            ))
+        } else {
+            Ok(ColumnarValue::Array(out))
+        }
+    }
+}
+
+/// Wraps float/numeric → integer casts in `pg_rint`.
+#[derive(Debug)]
+pub struct RoundingCasts {
+    rint: Arc<ScalarUDF>,
+}
+
+impl Default for RoundingCasts {
+    fn default() -> Self {
+        RoundingCasts {
+            rint: Arc::new(ScalarUDF::from(PgRint::default())),
+        }
+    }
+}
+
+fn is_int(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+    )
+}
+
+fn is_fractional(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Float32 | DataType::Float64 | DataType::Decimal128(_, _)
+    )
+}
+
+impl AnalyzerRule for RoundingCasts {
+    fn name(&self) -> &str {
+        "sundial_rounding_casts"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        let rint = self.rint.clone();
+        let out = plan.transform_up_with_subqueries(|node| {
+            let mut merged = DFSchema::empty();
+            for input in node.inputs() {
+                merged.merge(input.schema());
+            }
+            let schema = merged;
+            node.map_expressions(|e| {
+                e.transform_up(|e| {
+                    let Expr::Cast(Cast { expr, field }) = e else {
+                        return Ok(Transformed::no(e));
+                    };
+                    let from = (*expr).get_type(&schema as &dyn ExprSchema).ok();
+                    match from {
+                        Some(from) if is_int(field.data_type()) && is_fractional(&from) => {
+                            let rounded = Expr::ScalarFunction(ScalarFunction::new_udf(
+                                rint.clone(),
+                                vec![*expr],
+                            ));
+                            Ok(Transformed::yes(Expr::Cast(Cast {
+                                expr: Box::new(rounded),
+                                field,
+                            })))
+                        }
+                        _ => Ok(Transformed::no(Expr::Cast(Cast { expr, field }))),
+                    }
+                })
+            })
+        })?;
+        Ok(out.data)
+    }
+}
+
