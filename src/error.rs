@@ -135,8 +135,32 @@ fn arrow_sqlstate(e: &arrow::error::ArrowError) -> &'static str {
     }
 }
 
+/// The value in "Error parsing timestamp from 'VALUE'" messages.
+pub fn timestamp_parse_value(m: &str) -> Option<&str> {
+    let i = m.find("Error parsing timestamp from '")?;
+    let rest = &m[i + "Error parsing timestamp from '".len()..];
+    rest.split('\'').next()
+}
+
+/// A timestamp that has the shape `YYYY-MM-DD` but names no real date is out of range.
+pub fn looks_like_date(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.len() >= 10
+        && b[..4].iter().all(u8::is_ascii_digit)
+        && b[4] == b'-'
+        && b[5..7].iter().all(u8::is_ascii_digit)
+        && b[7] == b'-'
+        && b[8..10].iter().all(u8::is_ascii_digit)
+}
+
 fn cast_message_sqlstate(m: &str) -> &'static str {
+    if let Some(v) = timestamp_parse_value(m) {
+        return if looks_like_date(v) { "22008" } else { "22007" };
+    }
     let l = m.to_ascii_lowercase();
+    if l.contains("can't cast value") {
+        return "22003";
+    }
     if l.contains("overflow") || l.contains("out of range") || l.contains("too large") {
         if l.contains("timestamp") || l.contains("date") {
             "22008"
@@ -227,6 +251,9 @@ fn plan_message_sqlstate(m: &str) -> &'static str {
 }
 
 fn execution_message_sqlstate(m: &str) -> &'static str {
+    if timestamp_parse_value(m).is_some() {
+        return cast_message_sqlstate(m);
+    }
     let l = m.to_ascii_lowercase();
     if let Some(code) = common_message_sqlstate(&l) {
         code

@@ -96,7 +96,7 @@ fn v2_null_counts(v: &mut Value) -> Result<()> {
                 };
                 for s in stats {
                     if let Some(s) = s.as_object_mut() {
-                        s.entry("null_count").or_insert(Value::from(0));
+                        s.entry("null_count").or_insert(Value::Null);
                     }
                 }
             }
@@ -124,7 +124,7 @@ mod tests {
         assert_eq!(v["flushed_wal_seq"], 7);
         let t = &v["databases"]["sundial"]["tables"]["t"];
         assert_eq!(t["chunk_interval_micros"], 86400000000i64);
-        assert_eq!(t["files"][0]["stats"][0]["null_count"], 0);
+        assert!(t["files"][0]["stats"][0]["null_count"].is_null());
         assert!(upgrade(serde_json::json!({"format_version": 99})).is_err());
     }
 }

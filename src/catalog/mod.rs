@@ -85,7 +85,9 @@ pub struct ColumnStats {
     pub column: String,
     pub min: Option<String>,
     pub max: Option<String>,
-    pub null_count: u64,
+    /// `None` when unknown (files from catalog format 1).
+    #[serde(default)]
+    pub null_count: Option<u64>,
 }
 
 impl TableDef {

@@ -165,7 +165,7 @@ fn file_stats<'a>(schema: &SchemaRef, files: &'a [FileMeta]) -> ContainerStats<'
             if let Ok(i) = schema.index_of(&st.column) {
                 mins[i] = st.min.as_deref();
                 maxs[i] = st.max.as_deref();
-                nulls[i] = Some(st.null_count);
+                nulls[i] = st.null_count;
             }
         }
         // Columns added after the file was written are all NULL in it.
@@ -348,7 +348,7 @@ fn mem_chunk_meta(table: &TableDef, start: i64, batches: &[RecordBatch]) -> File
                     column: tc.clone(),
                     min: Some(lo),
                     max: Some(hi),
-                    null_count: 0,
+                    null_count: Some(0),
                 });
             }
         }
@@ -360,7 +360,7 @@ fn mem_chunk_meta(table: &TableDef, start: i64, batches: &[RecordBatch]) -> File
                 column: c.name.clone(),
                 min: None,
                 max: None,
-                null_count: u64::MAX,
+                null_count: None,
             });
         }
     }

@@ -100,7 +100,7 @@ pub fn column_stats(batch: &RecordBatch) -> Result<Vec<ColumnStats>> {
             column: f.name().clone(),
             min,
             max,
-            null_count: col.null_count() as u64,
+            null_count: Some(col.null_count() as u64),
         });
     }
     Ok(out)

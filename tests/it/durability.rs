@@ -115,22 +115,24 @@ fn last_segment(data_dir: &Path) -> PathBuf {
 }
 
 /// Complete records of a segment as (offset of record header, payload length).
+/// Complete records of a segment as (offset, bytes after the first 8 header bytes):
+/// frames are `len u32 | crc32c(seq + payload) u32 | seq u64 | payload`.
 fn parse_records(bytes: &[u8]) -> Vec<(usize, usize)> {
     assert!(bytes.len() >= 8, "segment shorter than its header");
     assert_eq!(&bytes[..8], b"SUNDWAL1", "segment header");
     let mut out = Vec::new();
     let mut off = 8;
-    while off + 8 <= bytes.len() {
+    while off + 16 <= bytes.len() {
         let len = u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
-        if len == 0 || off + 8 + len > bytes.len() {
+        if len == 0 || off + 16 + len > bytes.len() {
             break;
         }
         let crc = u32::from_le_bytes(bytes[off + 4..off + 8].try_into().unwrap());
-        if crc32c::crc32c(&bytes[off + 8..off + 8 + len]) != crc {
+        if crc32c::crc32c(&bytes[off + 8..off + 16 + len]) != crc {
             break;
         }
-        out.push((off, len));
-        off += 8 + len;
+        out.push((off, len + 8));
+        off += 16 + len;
     }
     out
 }

@@ -170,3 +170,16 @@ pub fn spawn(dir: &Path, env: &[(String, String)]) -> Result<(Child, String), St
         }
     }
 }
+
+impl TestServer {
+    /// Wraps a server started with [`spawn`] on a directory the test owns.
+    pub fn adopt(child: Child, pg_addr: String, data_dir: PathBuf) -> TestServer {
+        TestServer {
+            child: Some(child),
+            pg_addr,
+            data_dir,
+            _tmp: None,
+            extra_env: vec![],
+        }
+    }
+}

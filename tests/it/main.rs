@@ -3,3 +3,4 @@ mod errors;
 mod harness;
 mod pg_compare;
 mod wire;
+mod migrations;

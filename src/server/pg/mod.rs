@@ -68,6 +68,24 @@ fn pg_message(code: &str, m: &str) -> String {
         let short = name.rsplit('.').next().unwrap_or(name);
         return format!("relation \"{short}\" does not exist");
     }
+    if let Some(v) = crate::error::timestamp_parse_value(m) {
+        return if code == "22008" {
+            format!("date/time field value out of range: \"{v}\"")
+        } else {
+            format!("invalid input syntax for type timestamp with time zone: \"{v}\"")
+        };
+    }
+    if let Some(rest) = m.strip_prefix("Cast error: Can't cast value ")
+        && let Some((_, ty)) = rest.rsplit_once(" to type ")
+    {
+        let pg = match ty {
+            "Int16" => "smallint",
+            "Int32" => "integer",
+            "Int64" => "bigint",
+            other => other,
+        };
+        return format!("{pg} out of range");
+    }
     if let Some(rest) = m.strip_prefix("Cast error: Cannot cast string '")
         && let Some((value, ty)) = rest.split_once("' to value of ")
     {
