@@ -126,10 +126,10 @@ async fn run(config: Config) -> sundial::Result<()> {
     tracing::info!(pg = %listeners.pg_addr, data_dir = %engine.config.data_dir.display(), "sundial is ready");
     let server = tokio::spawn(sundial::server::serve(engine.clone(), listeners));
     wait_for_signal().await;
-    tracing::info!("shutting down: flushing memtables");
-    let res = engine.close().await;
-    server.abort();
-    res
+    tracing::info!("shutting down: finishing running statements, then flushing memtables");
+    engine.shutdown.cancel();
+    let _ = server.await;
+    engine.close().await
 }
 
 async fn wait_for_signal() {

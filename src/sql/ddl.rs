@@ -669,10 +669,9 @@ fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
         let has_rows = !t.files.is_empty()
             || s.engine.writer.view(t.id).map(|v| !v.mem.is_empty()).unwrap_or(false);
         if has_rows {
-            return Err(Error::sql(
-                "55000",
-                format!("table \"{table}\" is not empty; Sundial cannot migrate existing rows into chunks"),
-            ));
+            return Err(Error::NotSupported(format!(
+                "table \"{table}\" is not empty; Sundial cannot migrate existing rows into chunks (migrate_data)"
+            )));
         }
         let tm = Arc::make_mut(t);
         let col = tm

@@ -4,6 +4,7 @@
 
 pub mod ddl;
 pub mod functions;
+pub mod insert;
 pub mod interval;
 pub mod names;
 pub mod prepass;
@@ -245,10 +246,20 @@ impl Session {
     pub async fn run_sql(&self, sql: &str) -> Result<Vec<Output>> {
         let mut out = vec![];
         for stmt in parse(sql)? {
-            let p = self.prepare(stmt).await?;
-            out.push(self.execute(&p, None).await?);
+            out.push(self.run_statement(stmt).await?);
         }
         Ok(out)
+    }
+
+    /// Runs one parsed statement without parameters (simple protocol).
+    pub async fn run_statement(&self, stmt: Statement) -> Result<Output> {
+        if let Statement::Insert(ins) = &stmt
+            && let Some(n) = insert::try_fast_insert(self, ins).await?
+        {
+            return Ok(Output::Command(format!("INSERT 0 {n}")));
+        }
+        let p = self.prepare(stmt).await?;
+        self.execute(&p, None).await
     }
 
     async fn execute_native(&self, stmt: &Statement) -> Result<Output> {

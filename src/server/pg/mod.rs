@@ -130,6 +130,22 @@ fn strip_df(m: &str) -> String {
     m.to_string()
 }
 
+/// Counts a statement as in flight while alive.
+struct Active(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Active {
+    fn new(n: &Arc<std::sync::atomic::AtomicUsize>) -> Active {
+        n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Active(n.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Per-connection state kept in pgwire's session extensions.
 struct Conn {
     session: Session,
@@ -143,6 +159,8 @@ type Registry = Mutex<HashMap<i32, (bytes::Bytes, Arc<Conn>)>>;
 /// The shared handler: one instance serves every connection.
 pub struct Handler {
     engine: Arc<Engine>,
+    /// Statements executing now; shutdown waits for them.
+    active: Arc<std::sync::atomic::AtomicUsize>,
     manager: Arc<ConnectionManager>,
     registry: Arc<Registry>,
     parser: Arc<Parser>,
@@ -392,6 +410,7 @@ impl SimpleQueryHandler for Handler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let c = conn_of(client)?;
+        let _active = Active::new(&self.active);
         fresh_cancel(&c);
         let stmts = match sql::parse(query) {
             Ok(s) => s,
@@ -399,11 +418,7 @@ impl SimpleQueryHandler for Handler {
         };
         let mut out = vec![];
         for stmt in stmts {
-            let res = async {
-                let p = c.session.prepare(stmt).await?;
-                c.session.execute(&p, None).await
-            }
-            .await;
+            let res = c.session.run_statement(stmt).await;
             match res {
                 Ok(o) => out.push(to_response(&c, o, &Format::UnifiedText)?),
                 Err(e) => {
@@ -581,6 +596,7 @@ impl ExtendedQueryHandler for Handler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let c = conn_of(client)?;
+        let _active = Active::new(&self.active);
         fresh_cancel(&c);
         let prepared = &portal.statement.statement.prepared;
         let types = param_types(prepared);
@@ -662,6 +678,7 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
         manager: Arc::new(ConnectionManager::new()),
         registry: Arc::new(Mutex::new(HashMap::new())),
         parser: Arc::new(Parser),
+        active: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
     });
     let factory = Arc::new(Factory {
         handler: handler.clone(),
@@ -689,5 +706,12 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
                 }
             }
         }
+    }
+    // Let statements that are running finish (bounded), so their clients get answers.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while handler.active.load(std::sync::atomic::Ordering::SeqCst) > 0
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
