@@ -29,6 +29,15 @@ fn rss_kib(pid: u32, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU seconds (user + system) used so far by process `pid`.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn dir_size(p: &std::path::Path) -> u64 {
     let mut total = 0;
     if let Ok(rd) = std::fs::read_dir(p) {
@@ -159,6 +168,11 @@ async fn main() {
         secs,
         rows as f64 / secs,
         rows as f64 * 8.0 / secs
+    );
+    println!(
+        "cpu: server {:.1} s, load generator {:.1} s",
+        cpu_secs(pid),
+        cpu_secs(std::process::id())
     );
     println!(
         "server RSS: peak {} MiB (VmHWM {} MiB)",

@@ -157,6 +157,19 @@ fn cast_message_sqlstate(m: &str) -> &'static str {
     if let Some(v) = timestamp_parse_value(m) {
         return if looks_like_date(v) { "22008" } else { "22007" };
     }
+    if let Some(rest) = m.split("Cannot cast string '").nth(1)
+        && let Some((v, ty)) = rest.split_once("' to value of ")
+    {
+        if ty.starts_with("Date") || ty.starts_with("Timestamp") {
+            return if looks_like_date(v) { "22008" } else { "22007" };
+        }
+        if ty.starts_with("Interval") {
+            return "22007";
+        }
+    }
+    if m.to_ascii_lowercase().contains("interval") {
+        return "22007";
+    }
     let l = m.to_ascii_lowercase();
     if l.contains("can't cast value") {
         return "22003";
@@ -238,6 +251,8 @@ fn plan_message_sqlstate(m: &str) -> &'static str {
         || l.contains("failed to coerce arguments")
         || l.contains("does not support")
     {
+        "42883"
+    } else if l.contains("arithmetic expression") || l.contains("no operator") {
         "42883"
     } else if l.contains("cannot cast") || l.contains("cannot coerce") {
         "42846"

@@ -49,7 +49,9 @@ impl HypertableProvider {
             .iter()
             .filter_map(|c| {
                 let d = c.default.as_ref()?;
-                default_expr(d, &c.sql_type.to_arrow()).ok().map(|e| (c.name.clone(), e))
+                default_expr(d, &c.sql_type.to_arrow())
+                    .ok()
+                    .map(|e| (c.name.clone(), e))
             })
             .collect();
         HypertableProvider {
@@ -76,18 +78,30 @@ pub fn default_expr(sql: &str, dt: &arrow::datatypes::DataType) -> crate::Result
         ))
     };
     let (neg, inner) = match &parsed {
-        AstExpr::UnaryOp { op: UnaryOperator::Minus, expr } => (true, expr.as_ref()),
+        AstExpr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => (true, expr.as_ref()),
         other => (false, other),
     };
     let text = match inner {
         AstExpr::Value(v) => match &v.value {
             Value::Null => return Ok(Expr::Literal(ScalarValue::try_from(dt)?, None)),
-            Value::Number(n, _) => if neg { format!("-{n}") } else { n.clone() },
+            Value::Number(n, _) => {
+                if neg {
+                    format!("-{n}")
+                } else {
+                    n.clone()
+                }
+            }
             Value::SingleQuotedString(s) => s.clone(),
             Value::Boolean(b) => b.to_string(),
             _ => return Err(unsupported()),
         },
-        AstExpr::Function(f) if ["now", "current_timestamp"].contains(&f.name.to_string().to_ascii_lowercase().as_str()) => {
+        AstExpr::Function(f)
+            if ["now", "current_timestamp"]
+                .contains(&f.name.to_string().to_ascii_lowercase().as_str()) =>
+        {
             return Ok(datafusion::functions::expr_fn::now());
         }
         AstExpr::Identifier(i) if i.value.eq_ignore_ascii_case("current_timestamp") => {
@@ -97,7 +111,12 @@ pub fn default_expr(sql: &str, dt: &arrow::datatypes::DataType) -> crate::Result
     };
     let v = ScalarValue::Utf8(Some(text.clone()))
         .cast_to(dt)
-        .map_err(|_| crate::Error::sql("22P02", format!("invalid DEFAULT value {text} for type {dt}")))?;
+        .map_err(|_| {
+            crate::Error::sql(
+                "22P02",
+                format!("invalid DEFAULT value {text} for type {dt}"),
+            )
+        })?;
     Ok(Expr::Literal(v, None))
 }
 

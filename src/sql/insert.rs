@@ -10,9 +10,7 @@ use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::DataType;
 use arrow::util::display::FormatOptions;
-use datafusion::sql::sqlparser::ast::{
-    Expr, Insert, SetExpr, TableObject, UnaryOperator, Value,
-};
+use datafusion::sql::sqlparser::ast::{Expr, Insert, SetExpr, TableObject, UnaryOperator, Value};
 
 use super::Session;
 use crate::catalog::TableDef;
@@ -46,9 +44,7 @@ fn literal(e: &Expr) -> Option<Option<String>> {
 fn plain_for(dt: &DataType, v: &str) -> bool {
     match dt {
         // PostgreSQL rounds 2.5 into an integer column; Arrow would refuse.
-        DataType::Int16 | DataType::Int32 | DataType::Int64 => {
-            !v.contains(['.', 'e', 'E'])
-        }
+        DataType::Int16 | DataType::Int32 | DataType::Int64 => !v.contains(['.', 'e', 'E']),
         // PostgreSQL rounds extra fraction digits; leave those to the general path.
         DataType::Decimal128(_, scale) => v
             .split_once('.')
@@ -56,6 +52,270 @@ fn plain_for(dt: &DataType, v: &str) -> bool {
             .unwrap_or(true),
         _ => true,
     }
+}
+
+/// A literal-only INSERT as read by [`scan_insert`].
+#[derive(Debug, PartialEq)]
+pub struct ScannedInsert {
+    pub table: String,
+    pub columns: Vec<String>,
+    /// Column-major values; `None` is NULL.
+    pub values: Vec<Vec<Option<String>>>,
+    pub rows: usize,
+}
+
+/// Reads `INSERT INTO t [(c, ...)] VALUES (lit, ...), ... [;]` where every value is
+/// a number, a single-quoted string, NULL, TRUE or FALSE. Returns `None` for any
+/// other text (which then goes through the SQL parser). sqlparser spends most of a
+/// bulk INSERT trying each literal as a typed string; this scanner does not.
+pub fn scan_insert(sql: &str) -> Option<ScannedInsert> {
+    let mut c = Cursor {
+        s: sql.as_bytes(),
+        i: 0,
+    };
+    c.keyword("insert")?;
+    c.keyword("into")?;
+    let mut table = c.ident()?;
+    if c.peek() == Some(b'.') {
+        if table != "public" {
+            return None;
+        }
+        c.i += 1;
+        table = c.ident()?;
+    }
+    let mut columns = vec![];
+    c.ws();
+    if c.peek() == Some(b'(') {
+        c.i += 1;
+        loop {
+            columns.push(c.ident()?);
+            c.ws();
+            match c.next()? {
+                b',' => continue,
+                b')' => break,
+                _ => return None,
+            }
+        }
+    }
+    c.keyword("values")?;
+    let mut values: Vec<Vec<Option<String>>> = vec![];
+    let mut rows = 0;
+    loop {
+        c.ws();
+        if c.next()? != b'(' {
+            return None;
+        }
+        let mut col = 0;
+        loop {
+            let v = c.literal()?;
+            if rows == 0 {
+                values.push(Vec::new());
+            }
+            values.get_mut(col)?.push(v);
+            col += 1;
+            c.ws();
+            match c.next()? {
+                b',' => continue,
+                b')' => break,
+                _ => return None,
+            }
+        }
+        if col != values.len() {
+            return None;
+        }
+        rows += 1;
+        c.ws();
+        match c.peek() {
+            Some(b',') => {
+                c.i += 1;
+            }
+            Some(b';') => {
+                c.i += 1;
+                c.ws();
+                return (c.i == c.s.len()).then_some(ScannedInsert {
+                    table,
+                    columns,
+                    values,
+                    rows,
+                });
+            }
+            None => {
+                return Some(ScannedInsert {
+                    table,
+                    columns,
+                    values,
+                    rows,
+                });
+            }
+            _ => return None,
+        }
+    }
+}
+
+struct Cursor<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Cursor<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+    fn next(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.i += 1;
+        Some(b)
+    }
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+    fn word(&mut self) -> Option<&[u8]> {
+        self.ws();
+        let start = self.i;
+        while matches!(self.peek(), Some(b) if b.is_ascii_alphanumeric() || b == b'_') {
+            self.i += 1;
+        }
+        (self.i > start).then(|| &self.s[start..self.i])
+    }
+    fn keyword(&mut self, kw: &str) -> Option<()> {
+        self.word()?
+            .eq_ignore_ascii_case(kw.as_bytes())
+            .then_some(())
+    }
+    fn ident(&mut self) -> Option<String> {
+        self.ws();
+        if self.peek() == Some(b'"') {
+            self.i += 1;
+            let start = self.i;
+            while self.peek()? != b'"' {
+                self.i += 1;
+            }
+            let v = std::str::from_utf8(&self.s[start..self.i])
+                .ok()?
+                .to_string();
+            self.i += 1;
+            return (!v.is_empty()).then_some(v);
+        }
+        let w = self.word()?;
+        if w[0].is_ascii_digit() {
+            return None;
+        }
+        Some(std::str::from_utf8(w).ok()?.to_ascii_lowercase())
+    }
+    fn literal(&mut self) -> Option<Option<String>> {
+        self.ws();
+        match self.peek()? {
+            b'\'' => {
+                self.i += 1;
+                let mut out = Vec::new();
+                loop {
+                    let b = self.next()?;
+                    if b == b'\'' {
+                        if self.peek() == Some(b'\'') {
+                            self.i += 1;
+                            out.push(b'\'');
+                        } else {
+                            break;
+                        }
+                    } else {
+                        out.push(b);
+                    }
+                }
+                self.ws();
+                if self.peek() == Some(b':') {
+                    return None; // a cast: leave it to the parser
+                }
+                Some(Some(String::from_utf8(out).ok()?))
+            }
+            b'-' | b'+' | b'.' | b'0'..=b'9' => {
+                let start = self.i;
+                self.i += 1;
+                while matches!(self.peek(), Some(b) if b.is_ascii_digit() || b == b'.' || b == b'e' || b == b'E'
+                    || ((b == b'-' || b == b'+') && matches!(self.s[self.i - 1], b'e' | b'E')))
+                {
+                    self.i += 1;
+                }
+                let t = std::str::from_utf8(&self.s[start..self.i]).ok()?;
+                t.parse::<f64>().ok()?;
+                self.ws();
+                if self.peek() == Some(b':') {
+                    return None;
+                }
+                Some(Some(t.trim_start_matches('+').to_string()))
+            }
+            _ => {
+                let w = self.word()?;
+                let v = if w.eq_ignore_ascii_case(b"null") {
+                    None
+                } else if w.eq_ignore_ascii_case(b"true") {
+                    Some("true".to_string())
+                } else if w.eq_ignore_ascii_case(b"false") {
+                    Some("false".to_string())
+                } else {
+                    return None;
+                };
+                self.ws();
+                if self.peek() == Some(b':') {
+                    return None;
+                }
+                Some(v)
+            }
+        }
+    }
+}
+
+/// Runs a scanned INSERT through the fast path; `Ok(None)` means "use the parser".
+pub async fn try_scanned_insert(s: &Session, sql: &str) -> Result<Option<u64>> {
+    let Some(ins) = scan_insert(sql) else {
+        return Ok(None);
+    };
+    let manifest = s.engine.catalog.snapshot();
+    let Ok(table) = manifest.table(&s.db, &ins.table) else {
+        return Ok(None);
+    };
+    let Some(targets) = targets(table, &ins.columns) else {
+        return Ok(None);
+    };
+    if ins.values.len() != targets.len() {
+        return Ok(None);
+    }
+    match build_batch(table, &targets, ins.values, ins.rows, tz_is_utc(s)) {
+        Some(batch) => Ok(Some(s.engine.writer.write(table, batch).await?)),
+        None => Ok(None),
+    }
+}
+
+fn tz_is_utc(s: &Session) -> bool {
+    s.settings
+        .read()
+        .get("timezone")
+        .map(|t| t.eq_ignore_ascii_case("utc"))
+        .unwrap_or(true)
+}
+
+/// Table positions of the target columns (all columns when none are named); `None`
+/// when a name is unknown or repeated, or an omitted column has a default.
+fn targets(table: &TableDef, columns: &[String]) -> Option<Vec<usize>> {
+    let t: Vec<usize> = if columns.is_empty() {
+        (0..table.columns.len()).collect()
+    } else {
+        let mut v = vec![];
+        for c in columns {
+            match table.columns.iter().position(|tc| &tc.name == c) {
+                Some(i) if !v.contains(&i) => v.push(i),
+                _ => return None,
+            }
+        }
+        v
+    };
+    let omitted_default = table
+        .columns
+        .iter()
+        .enumerate()
+        .any(|(i, c)| !t.contains(&i) && c.default.is_some());
+    (!omitted_default).then_some(t)
 }
 
 /// Tries the fast path; `Ok(None)` means "use the general path".
@@ -75,12 +335,6 @@ pub async fn try_fast_insert(s: &Session, ins: &Insert) -> Result<Option<u64>> {
     let SetExpr::Values(values) = src.body.as_ref() else {
         return Ok(None);
     };
-    let tz_is_utc = s
-        .settings
-        .read()
-        .get("timezone")
-        .map(|t| t.eq_ignore_ascii_case("utc"))
-        .unwrap_or(true);
     let table_name = match name.0.as_slice() {
         [p] => p.as_ident().map(fold),
         [schema, p] if schema.as_ident().map(fold).as_deref() == Some("public") => {
@@ -95,27 +349,17 @@ pub async fn try_fast_insert(s: &Session, ins: &Insert) -> Result<Option<u64>> {
     let Ok(table) = manifest.table(&s.db, &table_name) else {
         return Ok(None);
     };
-    // Map target columns to table positions.
-    let targets: Vec<usize> = if ins.columns.is_empty() {
-        (0..table.columns.len()).collect()
-    } else {
-        let mut v = vec![];
-        for c in &ins.columns {
-            let [p] = c.0.as_slice() else { return Ok(None) };
-            let Some(id) = p.as_ident() else { return Ok(None) };
-            match table.columns.iter().position(|tc| tc.name == fold(id)) {
-                Some(i) if !v.contains(&i) => v.push(i),
-                _ => return Ok(None),
-            }
-        }
-        v
-    };
-    // Omitted columns must have no default (they become NULL).
-    for (i, c) in table.columns.iter().enumerate() {
-        if !targets.contains(&i) && c.default.is_some() {
+    let mut columns = vec![];
+    for c in &ins.columns {
+        let [p] = c.0.as_slice() else { return Ok(None) };
+        let Some(id) = p.as_ident() else {
             return Ok(None);
-        }
+        };
+        columns.push(fold(id));
     }
+    let Some(targets) = targets(table, &columns) else {
+        return Ok(None);
+    };
     let n_rows = values.rows.len();
     let mut texts: Vec<Vec<Option<String>>> = vec![Vec::with_capacity(n_rows); targets.len()];
     for row in &values.rows {
@@ -123,12 +367,14 @@ pub async fn try_fast_insert(s: &Session, ins: &Insert) -> Result<Option<u64>> {
             return Ok(None);
         }
         for (j, e) in row.content.iter().enumerate() {
-            let Some(lit) = literal(e) else { return Ok(None) };
+            let Some(lit) = literal(e) else {
+                return Ok(None);
+            };
             texts[j].push(lit);
         }
     }
-    match build_batch(&table, &targets, texts, n_rows, tz_is_utc) {
-        Some(batch) => Ok(Some(s.engine.writer.write(&table, batch).await?)),
+    match build_batch(table, &targets, texts, n_rows, tz_is_utc(s)) {
+        Some(batch) => Ok(Some(s.engine.writer.write(table, batch).await?)),
         None => Ok(None),
     }
 }
@@ -142,7 +388,7 @@ fn fold(i: &datafusion::sql::sqlparser::ast::Ident) -> String {
 }
 
 fn build_batch(
-    table: &Arc<TableDef>,
+    table: &TableDef,
     targets: &[usize],
     texts: Vec<Vec<Option<String>>>,
     n_rows: usize,
@@ -180,4 +426,37 @@ fn build_batch(
     )
     // NOT NULL violations and the like: the general path reports them.
     .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scans_literal_inserts() {
+        let s = scan_insert(
+            "INSERT INTO public.m (time, \"Host\", v) VALUES ('2024-01-01 00:00:00+00', 'it''s', -1.5e3),\n ('x', NULL, 2) ;",
+        )
+        .unwrap();
+        assert_eq!(s.table, "m");
+        assert_eq!(s.columns, vec!["time", "Host", "v"]);
+        assert_eq!(s.rows, 2);
+        assert_eq!(s.values[1], vec![Some("it's".to_string()), None]);
+        assert_eq!(
+            s.values[2],
+            vec![Some("-1.5e3".to_string()), Some("2".to_string())]
+        );
+        for bad in [
+            "INSERT INTO m VALUES (1), (1, 2)",
+            "INSERT INTO m VALUES ('a'::text)",
+            "INSERT INTO m VALUES (now())",
+            "INSERT INTO m VALUES (1) RETURNING *",
+            "INSERT INTO m VALUES (1); SELECT 1",
+            "INSERT INTO other.m VALUES (1)",
+            "INSERT INTO m VALUES ('unterminated)",
+            "INSERT INTO m SELECT 1",
+        ] {
+            assert!(scan_insert(bad).is_none(), "{bad}");
+        }
+    }
 }

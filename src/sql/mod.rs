@@ -91,10 +91,50 @@ struct Normalize {
 
 /// PostgreSQL keywords that cannot name a table without quotes.
 const RESERVED: &[&str] = &[
-    "all", "and", "any", "as", "asc", "case", "check", "column", "create", "default", "desc",
-    "distinct", "do", "else", "end", "except", "false", "fetch", "for", "from", "grant", "group",
-    "having", "in", "intersect", "into", "limit", "not", "null", "offset", "on", "or", "order",
-    "select", "table", "then", "to", "true", "union", "unique", "user", "using", "when", "where",
+    "all",
+    "and",
+    "any",
+    "as",
+    "asc",
+    "case",
+    "check",
+    "column",
+    "create",
+    "default",
+    "desc",
+    "distinct",
+    "do",
+    "else",
+    "end",
+    "except",
+    "false",
+    "fetch",
+    "for",
+    "from",
+    "grant",
+    "group",
+    "having",
+    "in",
+    "intersect",
+    "into",
+    "limit",
+    "not",
+    "null",
+    "offset",
+    "on",
+    "or",
+    "order",
+    "select",
+    "table",
+    "then",
+    "to",
+    "true",
+    "union",
+    "unique",
+    "user",
+    "using",
+    "when",
+    "where",
     "with",
 ];
 
@@ -244,6 +284,9 @@ impl Session {
 
     /// Parses and runs every statement of a simple-protocol query string.
     pub async fn run_sql(&self, sql: &str) -> Result<Vec<Output>> {
+        if let Some(n) = insert::try_scanned_insert(self, sql).await? {
+            return Ok(vec![Output::Command(format!("INSERT 0 {n}"))]);
+        }
         let mut out = vec![];
         for stmt in parse(sql)? {
             out.push(self.run_statement(stmt).await?);

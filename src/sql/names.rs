@@ -116,7 +116,8 @@ pub fn alias_duplicates(q: &mut Query) {
         if let SelectItem::UnnamedExpr(e) = item {
             let name = expr_name(e);
             if !seen.insert(name) {
-                let e = std::mem::replace(e, Expr::value(datafusion::sql::sqlparser::ast::Value::Null));
+                let e =
+                    std::mem::replace(e, Expr::value(datafusion::sql::sqlparser::ast::Value::Null));
                 *item = SelectItem::ExprWithAlias {
                     expr: e,
                     alias: datafusion::sql::sqlparser::ast::Ident::new(format!("__sundial_col{i}")),

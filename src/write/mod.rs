@@ -359,7 +359,12 @@ pub fn validate(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
 /// bytes of that text, so values in that form are decoded here.
 fn decode_bytea_hex(col: &arrow::array::ArrayRef) -> Result<arrow::array::ArrayRef> {
     let arr = col.as_binary::<i32>();
-    let is_hex = |v: &[u8]| v.len() >= 2 && &v[..2] == b"\\x" && v[2..].len() % 2 == 0 && v[2..].iter().all(u8::is_ascii_hexdigit);
+    let is_hex = |v: &[u8]| {
+        v.len() >= 2
+            && &v[..2] == b"\\x"
+            && v[2..].len() % 2 == 0
+            && v[2..].iter().all(u8::is_ascii_hexdigit)
+    };
     if !arr.iter().flatten().any(is_hex) {
         return Ok(col.clone());
     }
@@ -373,7 +378,10 @@ fn decode_bytea_hex(col: &arrow::array::ArrayRef) -> Result<arrow::array::ArrayR
         .map(|v| {
             v.map(|v| {
                 if is_hex(v) {
-                    v[2..].chunks(2).map(|p| hex(p[0]) * 16 + hex(p[1])).collect::<Vec<u8>>()
+                    v[2..]
+                        .chunks(2)
+                        .map(|p| hex(p[0]) * 16 + hex(p[1]))
+                        .collect::<Vec<u8>>()
                 } else {
                     v.to_vec()
                 }

@@ -1,6 +1,6 @@
 mod durability;
 mod errors;
 mod harness;
+mod migrations;
 mod pg_compare;
 mod wire;
-mod migrations;

@@ -63,7 +63,9 @@ async fn v1_sample_upgrades() {
     assert_eq!(t["chunk_interval_micros"], 86_400_000_000i64);
     // pruning still works on the upgraded statistics
     let plan = client
-        .simple_query("EXPLAIN SELECT * FROM metrics WHERE time >= '2023-05-02' AND time < '2023-05-03'")
+        .simple_query(
+            "EXPLAIN SELECT * FROM metrics WHERE time >= '2023-05-02' AND time < '2023-05-03'",
+        )
         .await
         .unwrap();
     let text: String = plan

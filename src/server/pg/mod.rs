@@ -412,6 +412,11 @@ impl SimpleQueryHandler for Handler {
         let c = conn_of(client)?;
         let _active = Active::new(&self.active);
         fresh_cancel(&c);
+        match sql::insert::try_scanned_insert(&c.session, query).await {
+            Ok(Some(n)) => return Ok(vec![Response::Execution(tag_of(&format!("INSERT 0 {n}")))]),
+            Ok(None) => {}
+            Err(e) => return Ok(vec![Response::Error(Box::new(err_info(e)))]),
+        }
         let stmts = match sql::parse(query) {
             Ok(s) => s,
             Err(e) => return Ok(vec![Response::Error(Box::new(err_info(e)))]),

@@ -1,6 +1,6 @@
-//! PostgreSQL's float/numeric → integer casts round instead of truncating:
-//! an analyzer rule wraps such casts in `pg_rint`, which rounds half to even for
-//! floats (as `rint`) and half away from zero for numeric, as PostgreSQL does.
+//! PostgreSQL semantics DataFusion lacks, applied by one analyzer rule:
+//! float/numeric → integer casts round (`pg_rint`: half to even for floats, half
+//! away from zero for numeric) and integer `+ - *` raise 22003 on overflow.
 
 use std::sync::Arc;
 
@@ -10,10 +10,12 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, ExprSchema};
 use datafusion::error::Result;
-use datafusion::logical_expr::expr::{Cast, ScalarFunction};
+use datafusion::logical_expr::Operator;
+use datafusion::logical_expr::expr::{BinaryExpr, Cast, ScalarFunction};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
-    ScalarUDFImpl, Signature, Volatility,
+    ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 
@@ -85,16 +87,85 @@ impl ScalarUDFImpl for PgRint {
     }
 }
 
-/// Wraps float/numeric → integer casts in `pg_rint`.
+/// Integer `+`, `-`, `*` that fail on overflow instead of wrapping.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct CheckedArith {
+    op: Operator,
+    signature: Signature,
+}
+
+impl CheckedArith {
+    fn new(op: Operator) -> Self {
+        CheckedArith {
+            op,
+            signature: Signature::any(2, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for CheckedArith {
+    fn name(&self) -> &str {
+        match self.op {
+            Operator::Plus => "pg_checked_add",
+            Operator::Minus => "pg_checked_sub",
+            _ => "pg_checked_mul",
+        }
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(args[0].clone())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use arrow::compute::kernels::numeric;
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let out = match self.op {
+            Operator::Plus => numeric::add(&arrays[0], &arrays[1]),
+            Operator::Minus => numeric::sub(&arrays[0], &arrays[1]),
+            _ => numeric::mul(&arrays[0], &arrays[1]),
+        }
+        .map_err(|e| {
+            datafusion::error::DataFusionError::External(Box::new(crate::Error::sql(
+                "22003",
+                match arrays[0].data_type() {
+                    DataType::Int16 => "smallint out of range".to_string(),
+                    DataType::Int32 => "integer out of range".to_string(),
+                    DataType::Int64 => "bigint out of range".to_string(),
+                    _ => e.to_string(),
+                },
+            )))
+        })?;
+        if scalar {
+            Ok(ColumnarValue::Scalar(
+                datafusion::common::ScalarValue::try_from_array(&out, 0)?,
+            ))
+        } else {
+            Ok(ColumnarValue::Array(out))
+        }
+    }
+}
+
+/// The analyzer rule that applies both rewrites.
 #[derive(Debug)]
 pub struct RoundingCasts {
     rint: Arc<ScalarUDF>,
+    add: Arc<ScalarUDF>,
+    sub: Arc<ScalarUDF>,
+    mul: Arc<ScalarUDF>,
 }
 
 impl Default for RoundingCasts {
     fn default() -> Self {
         RoundingCasts {
             rint: Arc::new(ScalarUDF::from(PgRint::default())),
+            add: Arc::new(ScalarUDF::from(CheckedArith::new(Operator::Plus))),
+            sub: Arc::new(ScalarUDF::from(CheckedArith::new(Operator::Minus))),
+            mul: Arc::new(ScalarUDF::from(CheckedArith::new(Operator::Multiply))),
         }
     }
 }
@@ -120,14 +191,36 @@ impl AnalyzerRule for RoundingCasts {
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         let rint = self.rint.clone();
+        let (add, sub, mul) = (self.add.clone(), self.sub.clone(), self.mul.clone());
         let out = plan.transform_up_with_subqueries(|node| {
             let mut merged = DFSchema::empty();
             for input in node.inputs() {
                 merged.merge(input.schema());
             }
             let schema = merged;
+            let names = NamePreserver::new(&node);
             node.map_expressions(|e| {
-                e.transform_up(|e| {
+                let saved = names.save(&e);
+                let rewritten = e.transform_up(|e| {
+                    if let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e {
+                        let udf = match op {
+                            Operator::Plus => Some(&add),
+                            Operator::Minus => Some(&sub),
+                            Operator::Multiply => Some(&mul),
+                            _ => None,
+                        };
+                        let lt = left.get_type(&schema as &dyn ExprSchema).ok();
+                        let rt = right.get_type(&schema as &dyn ExprSchema).ok();
+                        return Ok(match (udf, lt, rt) {
+                            (Some(udf), Some(lt), Some(rt)) if is_int(&lt) && lt == rt => {
+                                Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
+                                    udf.clone(),
+                                    vec![*left, *right],
+                                )))
+                            }
+                            _ => Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op, right })),
+                        });
+                    }
                     let Expr::Cast(Cast { expr, field }) = e else {
                         return Ok(Transformed::no(e));
                     };
@@ -145,10 +238,10 @@ impl AnalyzerRule for RoundingCasts {
                         }
                         _ => Ok(Transformed::no(Expr::Cast(Cast { expr, field }))),
                     }
-                })
+                })?;
+                Ok(rewritten.update_data(|e| saved.restore(e)))
             })
         })?;
         Ok(out.data)
     }
 }
-

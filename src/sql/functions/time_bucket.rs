@@ -8,7 +8,7 @@ use arrow::array::{Array, ArrayRef, AsArray, TimestampMicrosecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, IntervalMonthDayNanoType, TimeUnit, TimestampMicrosecondType};
 use chrono::{Datelike, NaiveDate, NaiveDateTime};
-use datafusion::common::{ScalarValue, exec_err, plan_err};
+use datafusion::common::{ScalarValue, plan_err};
 use datafusion::error::Result;
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
@@ -145,7 +145,10 @@ impl ScalarUDFImpl for TimeBucket {
             };
             let offset = match offset {
                 Some(o) if o.months != 0 => {
-                    return exec_err!("time_bucket offset cannot have a month component");
+                    return Err(user_err(
+                        "0A000",
+                        "time_bucket offset cannot have a month component",
+                    ));
                 }
                 Some(o) => o.days as i64 * MICROS_PER_DAY + o.nanoseconds / 1000,
                 None => 0,
@@ -176,6 +179,11 @@ fn to_micros(a: &ArrayRef) -> Result<arrow::array::PrimitiveArray<TimestampMicro
     Ok(c.as_primitive::<TimestampMicrosecondType>().clone())
 }
 
+/// A client error with a SQLSTATE, carried through DataFusion.
+fn user_err(code: &'static str, msg: &str) -> datafusion::error::DataFusionError {
+    datafusion::error::DataFusionError::External(Box::new(crate::Error::sql(code, msg)))
+}
+
 /// Start of the bucket holding `ts` (all values in µs since the epoch, UTC).
 pub fn bucket(
     months: i32,
@@ -187,10 +195,13 @@ pub fn bucket(
 ) -> Result<i64> {
     if months != 0 {
         if days != 0 || nanos != 0 {
-            return exec_err!("month intervals cannot have day or time component");
+            return Err(user_err(
+                "0A000",
+                "month intervals cannot have day or time component",
+            ));
         }
         if months < 0 {
-            return exec_err!("period must be greater than 0");
+            return Err(user_err("22023", "period must be greater than 0"));
         }
         let origin = origin.unwrap_or(MONTH_ORIGIN);
         let (oy, om, orest) = split_month(origin)?;
@@ -206,7 +217,7 @@ pub fn bucket(
     }
     let period = days as i64 * MICROS_PER_DAY + nanos / 1000;
     if period <= 0 {
-        return exec_err!("period must be greater than 0");
+        return Err(user_err("22023", "period must be greater than 0"));
     }
     let origin = origin.unwrap_or(DEFAULT_ORIGIN);
     let shifted = ts - offset;
