@@ -192,6 +192,22 @@ fn pruning(c: &mut Criterion) {
             ))
         })
     });
+    g.bench_function("range_0_of_100_chunks_planning_only", |b| {
+        b.iter(|| {
+            rt.block_on(count(
+                &s,
+                "SELECT avg(v), max(n) FROM m WHERE time >= '1971-01-01'",
+            ))
+        })
+    });
+    g.bench_function("range_1_hour_in_1_chunk", |b| {
+        b.iter(|| {
+            rt.block_on(count(
+                &s,
+                "SELECT avg(v), max(n) FROM m WHERE time >= '1970-02-01 10:00:00' AND time < '1970-02-01 11:00:00'",
+            ))
+        })
+    });
     g.bench_function("full_scan", |b| {
         b.iter(|| rt.block_on(count(&s, "SELECT avg(v), max(n) FROM m")))
     });
