@@ -250,9 +250,9 @@ fn plan_message_sqlstate(m: &str) -> &'static str {
         || l.contains("no function matches")
         || l.contains("failed to coerce arguments")
         || l.contains("does not support")
+        || l.contains("arithmetic expression")
+        || l.contains("no operator")
     {
-        "42883"
-    } else if l.contains("arithmetic expression") || l.contains("no operator") {
         "42883"
     } else if l.contains("cannot cast") || l.contains("cannot coerce") {
         "42846"

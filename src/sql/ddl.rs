@@ -42,12 +42,11 @@ pub fn handles(stmt: &Statement) -> bool {
 /// Result schema of a management function call.
 pub fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
     let (name, _) = management_call(stmt)?;
-    let dt = if name == "sundial_flush" {
-        DataType::Utf8
-    } else {
-        DataType::Utf8
-    };
-    Some(Arc::new(Schema::new(vec![Field::new(name, dt, true)])))
+    Some(Arc::new(Schema::new(vec![Field::new(
+        name,
+        DataType::Utf8,
+        true,
+    )])))
 }
 
 /// `SELECT name(args)` with nothing else: the function name and its arguments.

@@ -447,7 +447,7 @@ mod tests {
         assert!(recs.is_empty());
         let rt = rt();
         for i in 0..10u8 {
-            let seq = rt.block_on(wal.append(&vec![i; 100])).unwrap();
+            let seq = rt.block_on(wal.append(&[i; 100])).unwrap();
             assert_eq!(seq, i as u64 + 1);
         }
         drop(wal);
@@ -469,7 +469,7 @@ mod tests {
         let (wal, _) = Wal::open(dir.path(), FsyncPolicy::None, 0).unwrap();
         let rt = rt();
         for i in 0..3u8 {
-            rt.block_on(wal.append(&vec![i; 50])).unwrap();
+            rt.block_on(wal.append(&[i; 50])).unwrap();
         }
         drop(wal);
         std::thread::sleep(std::time::Duration::from_millis(50));

@@ -362,7 +362,7 @@ fn decode_bytea_hex(col: &arrow::array::ArrayRef) -> Result<arrow::array::ArrayR
     let is_hex = |v: &[u8]| {
         v.len() >= 2
             && &v[..2] == b"\\x"
-            && v[2..].len() % 2 == 0
+            && v[2..].len().is_multiple_of(2)
             && v[2..].iter().all(u8::is_ascii_hexdigit)
     };
     if !arr.iter().flatten().any(is_hex) {

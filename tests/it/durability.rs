@@ -557,8 +557,7 @@ async fn corruption_in_the_middle_of_the_wal_fails_startup() {
 
     let stderr = server
         .try_restart()
-        .err()
-        .expect("a bad CRC before valid records must stop start-up");
+        .expect_err("a bad CRC before valid records must stop start-up");
     let name = seg.file_name().unwrap().to_string_lossy().to_string();
     assert!(
         stderr.contains(&name),

@@ -140,13 +140,13 @@ impl PgServer {
     async fn connect(&mut self) -> Client {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!(
-                        "PostgreSQL exited during start-up ({status}); log:\n{}",
-                        self.log()
-                    );
-                }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "PostgreSQL exited during start-up ({status}); log:\n{}",
+                    self.log()
+                );
             }
             match tokio_postgres::connect(&self.conn_str(), NoTls).await {
                 Ok((client, conn)) => {

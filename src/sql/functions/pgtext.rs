@@ -214,7 +214,7 @@ pub fn float(v: f64, max_exp: i32) -> String {
 fn float32(v: f32) -> String {
     if v.is_finite() && v != 0.0 {
         let exp = v.abs().log10().floor() as i32;
-        if exp < -4 || exp >= 6 {
+        if !(-4..6).contains(&exp) {
             let s = format!("{v:e}");
             let (mant, e) = s.split_once('e').unwrap_or((&s, "0"));
             let e: i32 = e.parse().unwrap_or(0);
