@@ -11,11 +11,10 @@
 //! Labels usable in `skipif` / `onlyif`: `sundial`, `simple`, `extended` (plus the engine
 //! names `postgres` and `postgres-extended`).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, ExitCode};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use sqllogictest::Runner;
@@ -86,86 +85,15 @@ impl Drop for Server {
     }
 }
 
-/// Spawns `sundial serve` on `dir`; waits for the READY line. Err carries stderr on failure.
-/// (Same logic as tests/it/harness.rs; this is a separate test binary.)
+/// The server start-up shared with the integration tests.
+#[allow(dead_code)]
+#[path = "../tests/it/harness.rs"]
+mod harness;
+
 fn spawn(dir: &Path) -> Result<(Child, String), String> {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sundial"));
-    cmd.arg("serve")
-        .arg("--data-dir")
-        .arg(dir)
-        .arg("--pg-addr")
-        .arg("127.0.0.1:0")
-        .arg("--http-addr")
-        .arg("127.0.0.1:0")
-        .env("SUNDIAL_LOG_LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match reader.read_line(&mut line) {
-                Ok(0) | Err(_) => {
-                    let _ = tx.send(None);
-                    return;
-                }
-                Ok(_) => {
-                    if let Some(rest) = line.trim().strip_prefix("SUNDIAL READY pg=") {
-                        let addr = rest.split_whitespace().next().unwrap_or("").to_string();
-                        let _ = tx.send(Some(addr));
-                        // keep draining stdout so the server never blocks on a full pipe
-                        let mut sink = String::new();
-                        while reader.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
-                            sink.clear();
-                        }
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    let stderr = child.stderr.take().expect("stderr");
-    let (etx, erx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // Forward the server's log lines (warn and above) so failures can be diagnosed,
-        // and keep the first 64 KiB for a start-up failure report.
-        let mut reader = BufReader::new(stderr);
-        let mut all = String::new();
-        let mut line = String::new();
-        let mut sent = false;
-        while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
-            if all.len() < 64 * 1024 {
-                all.push_str(&line);
-            }
-            eprint!("[sundial] {line}");
-            line.clear();
-            if !sent && all.len() >= 64 * 1024 {
-                let _ = etx.send(std::mem::take(&mut all));
-                sent = true;
-            }
-        }
-        if !sent {
-            let _ = etx.send(all);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        Ok(Some(addr)) => Ok((child, addr)),
-        _ => {
-            let _ = child.kill();
-            let _ = child.wait();
-            let err = erx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
-            Err(err)
-        }
-    }
+    harness::spawn(dir, &[])
 }
 
-/// All `.slt` files under `dir`, recursively, sorted.
 fn collect_slt_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;

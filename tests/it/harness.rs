@@ -112,6 +112,7 @@ pub fn spawn(dir: &Path, env: &[(String, String)]) -> Result<(Child, String), St
         .arg("--http-addr")
         .arg("127.0.0.1:0")
         .env("SUNDIAL_LOG_LEVEL", "warn")
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in env {
