@@ -31,6 +31,9 @@ pub fn new_context(engine: &Arc<Engine>, db: &str) -> SessionContext {
         o.sql_parser.parse_float_as_decimal = true;
         o.execution.parquet.pushdown_filters = false;
         o.execution.parquet.enable_page_index = true;
+        // Chunk files are small (a day of one table); let one file's row groups
+        // be read on several cores.
+        o.optimizer.repartition_file_min_size = 256 * 1024;
     }
     let state = SessionStateBuilder::new()
         .with_config(cfg)
