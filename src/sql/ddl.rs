@@ -415,7 +415,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
         (None, None)
     };
     let db = s.db.clone();
-    let created = s.engine.catalog.update(|m| {
+    s.engine.catalog.update(|m| {
         let id = m.alloc_id();
         let d = m.database_mut(&db)?;
         if d.tables.contains_key(&name) {
@@ -437,7 +437,6 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
         );
         Ok(true)
     })?;
-    let _ = created;
     Ok(Output::Command("CREATE TABLE".into()))
 }
 

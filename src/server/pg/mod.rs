@@ -166,13 +166,6 @@ pub struct Handler {
     parser: Arc<Parser>,
 }
 
-fn conn<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Conn>> {
-    client
-        .session_extensions()
-        .get::<Conn>()
-        .ok_or_else(|| to_pg(Error::Internal("connection has no session".into())))
-}
-
 struct Params {
     user: String,
     app: Option<String>,
@@ -272,7 +265,6 @@ fn conn_of<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Conn>> {
         .session_extensions()
         .get::<ConnRef>()
         .map(|r| r.0.clone())
-        .or_else(|| conn(client).ok())
         .ok_or_else(|| to_pg(Error::Internal("connection has no session".into())))
 }
 

@@ -28,6 +28,15 @@ pub fn version_string() -> String {
     )
 }
 
+/// Returns `out` as a scalar when every argument was a scalar, else as an array.
+pub fn columnar(out: arrow::array::ArrayRef, scalar: bool) -> Result<ColumnarValue> {
+    if scalar {
+        Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?))
+    } else {
+        Ok(ColumnarValue::Array(out))
+    }
+}
+
 /// Session settings shared between the session and `current_setting()`.
 pub type Settings = Arc<RwLock<BTreeMap<String, String>>>;
 
@@ -136,16 +145,11 @@ impl ScalarUDFImpl for CurrentSetting {
                 }
             }
         }
-        let arr = StringArray::from(out);
-        if args
+        let scalar = args
             .args
             .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)))
-        {
-            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&arr, 0)?))
-        } else {
-            Ok(ColumnarValue::Array(Arc::new(arr)))
-        }
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        columnar(Arc::new(StringArray::from(out)), scalar)
     }
 }
 

@@ -77,13 +77,7 @@ impl ScalarUDFImpl for PgRint {
             }
             _ => a,
         };
-        if scalar {
-            Ok(ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(&out, 0)?,
-            ))
-        } else {
-            Ok(ColumnarValue::Array(out))
-        }
+        super::columnar(out, scalar)
     }
 }
 
@@ -140,13 +134,7 @@ impl ScalarUDFImpl for CheckedArith {
                 },
             )))
         })?;
-        if scalar {
-            Ok(ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(&out, 0)?,
-            ))
-        } else {
-            Ok(ColumnarValue::Array(out))
-        }
+        super::columnar(out, scalar)
     }
 }
 

@@ -72,13 +72,7 @@ impl ScalarUDFImpl for PgText {
                 _ => arrow::compute::cast(&arr, &DataType::Utf8)?,
             },
         };
-        if scalar {
-            Ok(ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(&out, 0)?,
-            ))
-        } else {
-            Ok(ColumnarValue::Array(out))
-        }
+        super::columnar(out, scalar)
     }
 }
 

@@ -8,7 +8,7 @@ use arrow::array::{Array, ArrayRef, AsArray, TimestampMicrosecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, IntervalMonthDayNanoType, TimeUnit, TimestampMicrosecondType};
 use chrono::{Datelike, NaiveDate, NaiveDateTime};
-use datafusion::common::{ScalarValue, plan_err};
+use datafusion::common::plan_err;
 use datafusion::error::Result;
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
@@ -164,13 +164,7 @@ impl ScalarUDFImpl for TimeBucket {
         }
         let arr: ArrayRef = Arc::new(TimestampMicrosecondArray::from(out));
         let result = cast(&arr, &out_type)?;
-        if is_scalar && rows <= 1 {
-            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
-                &result, 0,
-            )?))
-        } else {
-            Ok(ColumnarValue::Array(result))
-        }
+        super::columnar(result, is_scalar && rows <= 1)
     }
 }
 
