@@ -37,7 +37,18 @@ impl std::str::FromStr for FsyncPolicy {
 pub struct Config {
     pub data_dir: PathBuf,
     pub pg_addr: SocketAddr,
-    pub http_addr: SocketAddr,
+    /// Line-protocol HTTP port; `None` when disabled (`off`).
+    pub http_addr: Option<SocketAddr>,
+    /// Raw TCP line-protocol listener; off unless set.
+    pub tcp_addr: Option<SocketAddr>,
+    /// Database that raw TCP line protocol writes to.
+    pub tcp_database: String,
+    /// Largest line-protocol request body, compressed or decompressed, in bytes.
+    pub http_max_body_size: u64,
+    /// When set, line-protocol writes need this token (`Token`/`Bearer`, or `p=`).
+    pub http_auth_token: Option<String>,
+    /// Create a database on its first line-protocol write (else 404).
+    pub lp_create_databases: bool,
     pub wal_fsync: FsyncPolicy,
     /// Flush memtables once they hold this many bytes in total.
     pub flush_size: u64,
@@ -55,7 +66,12 @@ impl Default for Config {
         Config {
             data_dir: PathBuf::from("./sundial-data"),
             pg_addr: "127.0.0.1:5432".parse().expect("static address"),
-            http_addr: "127.0.0.1:8086".parse().expect("static address"),
+            http_addr: Some("127.0.0.1:8086".parse().expect("static address")),
+            tcp_addr: None,
+            tcp_database: "sundial".to_string(),
+            http_max_body_size: 32 * 1024 * 1024,
+            http_auth_token: None,
+            lp_create_databases: true,
             wal_fsync: FsyncPolicy::Fsync,
             flush_size: 128 * 1024 * 1024,
             flush_age: Duration::from_secs(300),
@@ -74,6 +90,11 @@ pub struct Settings {
     pub data_dir: Option<PathBuf>,
     pub pg_addr: Option<String>,
     pub http_addr: Option<String>,
+    pub tcp_addr: Option<String>,
+    pub tcp_database: Option<String>,
+    pub http_max_body_size: Option<toml::Value>,
+    pub http_auth_token: Option<String>,
+    pub lp_create_databases: Option<String>,
     pub wal_fsync: Option<String>,
     pub flush_size: Option<toml::Value>,
     pub flush_age: Option<String>,
@@ -101,6 +122,11 @@ impl Settings {
             data_dir,
             pg_addr,
             http_addr,
+            tcp_addr,
+            tcp_database,
+            http_max_body_size,
+            http_auth_token,
+            lp_create_databases,
             wal_fsync,
             flush_size,
             flush_age,
@@ -121,7 +147,36 @@ impl Settings {
             c.pg_addr = parse_addr("pg_addr", &a)?;
         }
         if let Some(a) = self.http_addr {
-            c.http_addr = parse_addr("http_addr", &a)?;
+            c.http_addr = match a.trim().to_ascii_lowercase().as_str() {
+                "" | "off" | "none" | "disabled" => None,
+                _ => Some(parse_addr("http_addr", &a)?),
+            };
+        }
+        if let Some(a) = self.tcp_addr {
+            c.tcp_addr = match a.trim().to_ascii_lowercase().as_str() {
+                "" | "off" | "none" | "disabled" => None,
+                _ => Some(parse_addr("tcp_addr", &a)?),
+            };
+        }
+        if let Some(d) = self.tcp_database {
+            c.tcp_database = d;
+        }
+        if let Some(v) = self.http_max_body_size {
+            c.http_max_body_size = parse_bytes("http_max_body_size", &v)?;
+        }
+        if let Some(t) = self.http_auth_token {
+            c.http_auth_token = Some(t).filter(|t| !t.is_empty());
+        }
+        if let Some(v) = self.lp_create_databases {
+            c.lp_create_databases = match v.trim().to_ascii_lowercase().as_str() {
+                "true" | "on" | "yes" | "1" => true,
+                "false" | "off" | "no" | "0" => false,
+                other => {
+                    return Err(Error::Config(format!(
+                        "lp_create_databases must be true or false, not `{other}`"
+                    )));
+                }
+            };
         }
         if let Some(f) = self.wal_fsync {
             c.wal_fsync = f.parse()?;

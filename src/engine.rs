@@ -30,6 +30,9 @@ pub struct Engine {
     pub runtime: Arc<RuntimeEnv>,
     pub shutdown: CancellationToken,
     pub started: Instant,
+    pub metrics: crate::metrics::Metrics,
+    /// One compaction at a time.
+    pub compact_lock: tokio::sync::Mutex<()>,
     _lock: File,
 }
 
@@ -85,12 +88,15 @@ impl Engine {
             runtime,
             shutdown: CancellationToken::new(),
             started: Instant::now(),
+            metrics: Default::default(),
+            compact_lock: tokio::sync::Mutex::new(()),
             _lock: lock,
         });
         tokio::spawn(crate::write::run_flusher(
             engine.writer.clone(),
             engine.shutdown.clone(),
         ));
+        tokio::spawn(crate::storage::compact::run_compactor(engine.clone()));
         Ok(engine)
     }
 

@@ -21,6 +21,16 @@ struct Cli {
 enum Command {
     /// Run the server (the default).
     Serve(ServeArgs),
+    /// Benchmark tools.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Generate TSBS-style data (or read a line-protocol file) and post it over HTTP
+    /// with several workers, printing the TSBS loaders' summary.
+    Load(sundial::loadgen::LoadArgs),
 }
 
 #[derive(clap::Args, Debug, Default, Clone)]
@@ -37,6 +47,21 @@ struct ServeArgs {
     /// Line-protocol HTTP address (default 127.0.0.1:8086).
     #[arg(long, env = "SUNDIAL_HTTP_ADDR")]
     http_addr: Option<String>,
+    /// Raw TCP line-protocol address (off unless given).
+    #[arg(long, env = "SUNDIAL_TCP_ADDR")]
+    tcp_addr: Option<String>,
+    /// Database written by the raw TCP listener (default sundial).
+    #[arg(long, env = "SUNDIAL_TCP_DATABASE")]
+    tcp_database: Option<String>,
+    /// Largest line-protocol body, compressed or not (default 32MiB).
+    #[arg(long, env = "SUNDIAL_HTTP_MAX_BODY_SIZE")]
+    http_max_body_size: Option<String>,
+    /// Token line-protocol writes must present (default: none, no auth).
+    #[arg(long, env = "SUNDIAL_HTTP_AUTH_TOKEN")]
+    http_auth_token: Option<String>,
+    /// Create databases on their first line-protocol write (default true).
+    #[arg(long, env = "SUNDIAL_LP_CREATE_DATABASES")]
+    lp_create_databases: Option<String>,
     /// WAL durability: `fsync` (default) or `none`.
     #[arg(long, env = "SUNDIAL_WAL_FSYNC")]
     wal_fsync: Option<String>,
@@ -63,6 +88,11 @@ impl ServeArgs {
             data_dir: self.data_dir.clone(),
             pg_addr: self.pg_addr.clone(),
             http_addr: self.http_addr.clone(),
+            tcp_addr: self.tcp_addr.clone(),
+            tcp_database: self.tcp_database.clone(),
+            http_max_body_size: self.http_max_body_size.clone().map(toml::Value::String),
+            http_auth_token: self.http_auth_token.clone(),
+            lp_create_databases: self.lp_create_databases.clone(),
             wal_fsync: self.wal_fsync.clone(),
             flush_size: self.flush_size.clone().map(toml::Value::String),
             flush_age: self.flush_age.clone(),
@@ -86,6 +116,7 @@ fn main() -> ExitCode {
     let args = match cli.command {
         Some(Command::Serve(a)) => a,
         None => cli.serve,
+        Some(Command::Bench(BenchCommand::Load(a))) => return bench_load(a),
     };
     let config = match load(&args) {
         Ok(c) => c,
@@ -119,10 +150,37 @@ fn main() -> ExitCode {
     }
 }
 
+fn bench_load(args: sundial::loadgen::LoadArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sundial: error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(sundial::loadgen::run(args)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sundial: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn run(config: Config) -> sundial::Result<()> {
     let engine = Engine::open(config).await?;
     let listeners = sundial::server::bind(&engine).await?;
-    println!("SUNDIAL READY pg={}", listeners.pg_addr);
+    let mut ready = format!("SUNDIAL READY pg={}", listeners.pg_addr);
+    if let Some(a) = listeners.http_addr {
+        ready.push_str(&format!(" http={a}"));
+    }
+    if let Some(a) = listeners.tcp_addr {
+        ready.push_str(&format!(" tcp={a}"));
+    }
+    println!("{ready}");
     tracing::info!(pg = %listeners.pg_addr, data_dir = %engine.config.data_dir.display(), "sundial is ready");
     let server = tokio::spawn(sundial::server::serve(engine.clone(), listeners));
     wait_for_signal().await;

@@ -53,6 +53,15 @@ pub struct TableDef {
     /// Chunk interval in microseconds; `Some` exactly for hypertables.
     pub chunk_interval_micros: Option<i64>,
     pub files: Vec<FileMeta>,
+    /// Tag columns of a line-protocol table: with the time column they identify a
+    /// point, and a later write of the same point replaces it field by field.
+    /// Empty for plain append tables.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series_key: Vec<String>,
+    /// Created by a line-protocol write: strict field types, and a point (series
+    /// key + time) written twice keeps the last write.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub line_protocol: bool,
 }
 
 /// One column of a table.
@@ -99,6 +108,11 @@ impl TableDef {
                 .map(|c| Field::new(&c.name, c.sql_type.to_arrow(), c.nullable))
                 .collect::<Vec<_>>(),
         ))
+    }
+
+    /// Whether rows with equal series key and time are merged (last write wins).
+    pub fn dedups(&self) -> bool {
+        self.line_protocol && self.time_column.is_some()
     }
 
     pub fn is_hypertable(&self) -> bool {

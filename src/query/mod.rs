@@ -2,6 +2,7 @@
 //! runtime, a catalog provider that exposes one database's tables and the
 //! TimescaleDB-style system views, and the hypertable table provider.
 
+pub mod dedup;
 pub mod provider;
 pub mod system;
 

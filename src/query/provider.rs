@@ -30,8 +30,9 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use futures::StreamExt;
 
 use crate::catalog::{FileMeta, TableDef};
+use crate::query::dedup::{DedupExec, in_ranges};
 use crate::storage;
-use crate::write::WriteService;
+use crate::write::{MemBatch, WriteService};
 
 /// A table of the catalog as DataFusion sees it.
 #[derive(Debug)]
@@ -61,6 +62,222 @@ impl HypertableProvider {
             defaults,
         }
     }
+}
+
+impl HypertableProvider {
+    /// Scans of files and memtable rows that need no merging.
+    #[allow(clippy::too_many_arguments)]
+    fn plain_inputs(
+        &self,
+        state: &dyn Session,
+        schema: &SchemaRef,
+        files: &[&FileMeta],
+        mem: &[&MemBatch],
+        projection: Option<&Vec<usize>>,
+        physical: Option<&Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+        limit: Option<usize>,
+    ) -> DfResult<Vec<Arc<dyn ExecutionPlan>>> {
+        let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
+        if !files.is_empty() {
+            let target = state.config().target_partitions().max(1);
+            inputs.push(self.parquet_scan(schema, files, target, projection, physical, limit)?);
+        }
+        let mem_batches: Vec<RecordBatch> = mem
+            .iter()
+            .map(|b| storage::adapt_batch(&b.batch, schema))
+            .collect::<crate::Result<Vec<_>>>()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        if !mem_batches.is_empty() || inputs.is_empty() {
+            let mut m =
+                MemorySourceConfig::try_new(&[mem_batches], schema.clone(), projection.cloned())?;
+            m = m.with_limit(limit);
+            inputs.push(DataSourceExec::from_data_source(m));
+        }
+        Ok(inputs)
+    }
+
+    /// A Parquet scan of `files` spread over `partitions` file groups.
+    fn parquet_scan(
+        &self,
+        schema: &SchemaRef,
+        files: &[&FileMeta],
+        partitions: usize,
+        projection: Option<&Vec<usize>>,
+        physical: Option<&Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let mut source = ParquetSource::new(schema.clone());
+        if let Some(p) = physical {
+            source = source.with_predicate(p.clone());
+        }
+        let source = source.with_enable_page_index(true);
+        let mut groups: Vec<Vec<PartitionedFile>> =
+            vec![vec![]; partitions.min(files.len()).max(1)];
+        for (i, f) in files.iter().enumerate() {
+            let n = groups.len();
+            groups[i % n].push(PartitionedFile::new(f.path.clone(), f.bytes));
+        }
+        let mut builder = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
+            .with_projection_indices(projection.cloned())?
+            .with_limit(limit);
+        for g in groups {
+            builder = builder.with_file_group(g.into());
+        }
+        Ok(DataSourceExec::from_data_source(builder.build()))
+    }
+
+    /// Scan of a line-protocol table where some sources overlap in time: rows outside
+    /// the overlapping `dirty` ranges pass straight through, rows inside are merged
+    /// (last write wins) by a [`DedupExec`] that reads the sources in arrival order.
+    #[allow(clippy::too_many_arguments)]
+    fn dedup_input(
+        &self,
+        state: &dyn Session,
+        table: &TableDef,
+        schema: &SchemaRef,
+        files: &[&FileMeta],
+        mem: &[&MemBatch],
+        dirty: &[(i64, i64)],
+        projection: Option<&Vec<usize>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        use datafusion::physical_expr::expressions::NotExpr;
+        use datafusion::physical_plan::filter::FilterExec;
+        let tcol = table.time_column.clone().unwrap_or_default();
+        let inside = in_ranges(schema, &tcol, dirty)?;
+        let outside: Arc<dyn datafusion::physical_expr::PhysicalExpr> =
+            Arc::new(NotExpr::new(inside.clone()));
+
+        // Rows outside every dirty range.
+        let pass = UnionExec::try_new(self.plain_inputs(
+            state,
+            schema,
+            files,
+            mem,
+            None,
+            Some(&outside),
+            None,
+        )?)?;
+        let pass: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(outside, pass)?);
+
+        // Rows inside: every overlapping source, oldest first.
+        let touches = |lo: i64, hi: i64| dirty.iter().any(|(a, b)| lo <= *b && *a <= hi);
+        let mut children: Vec<Arc<dyn ExecutionPlan>> = vec![];
+        for f in files {
+            let (lo, hi) = file_time_range(table, f);
+            if touches(lo, hi) {
+                let scan = self.parquet_scan(schema, &[f], 1, None, Some(&inside), None)?;
+                children.push(Arc::new(FilterExec::try_new(inside.clone(), scan)?));
+            }
+        }
+        let mem_dirty: Vec<RecordBatch> = mem
+            .iter()
+            .filter(|b| touches(b.min_time, b.max_time))
+            .map(|b| storage::adapt_batch(&b.batch, schema))
+            .collect::<crate::Result<Vec<_>>>()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        if !mem_dirty.is_empty() {
+            let m = MemorySourceConfig::try_new(&[mem_dirty], schema.clone(), None)?;
+            let scan = DataSourceExec::from_data_source(m);
+            children.push(Arc::new(FilterExec::try_new(inside.clone(), scan)?));
+        }
+        let keys = storage::dedup::key_indices(table, schema).unwrap_or_default();
+        let merged: Arc<dyn ExecutionPlan> =
+            Arc::new(DedupExec::new(schema.clone(), keys, children));
+        let both = UnionExec::try_new(vec![pass, merged])?;
+        match projection {
+            None => Ok(both),
+            Some(cols) => {
+                use datafusion::physical_expr::expressions::Column as PCol;
+                use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+                let exprs = cols
+                    .iter()
+                    .map(|i| {
+                        let name = schema.field(*i).name().clone();
+                        ProjectionExpr {
+                            expr: Arc::new(PCol::new(&name, *i)),
+                            alias: name,
+                        }
+                    })
+                    .collect::<Vec<_>>();
+                Ok(Arc::new(ProjectionExec::try_new(exprs, both)?))
+            }
+        }
+    }
+}
+
+/// Time range of a file from its statistics; unbounded when unknown.
+fn file_time_range(table: &TableDef, f: &FileMeta) -> (i64, i64) {
+    let unknown = (i64::MIN, i64::MAX);
+    let Some(tc) = &table.time_column else {
+        return unknown;
+    };
+    let Some(col) = table.column(tc) else {
+        return unknown;
+    };
+    let Some(st) = f.stats.iter().find(|s| &s.column == tc) else {
+        return unknown;
+    };
+    let vals = [st.min.as_deref(), st.max.as_deref()];
+    let micros = storage::stats_array(&vals, &col.sql_type.to_arrow()).and_then(|a| {
+        arrow::compute::cast(
+            &a,
+            &arrow::datatypes::DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None),
+        )
+        .ok()
+    });
+    match micros {
+        Some(a) => {
+            use arrow::array::AsArray;
+            let p = a.as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+            let lo = if arrow::array::Array::is_valid(p, 0) {
+                p.value(0)
+            } else {
+                i64::MIN
+            };
+            let hi = if arrow::array::Array::is_valid(p, 1) {
+                p.value(1)
+            } else {
+                i64::MAX
+            };
+            (lo, hi)
+        }
+        None => unknown,
+    }
+}
+
+/// Time ranges where two sources (files, memtable batches) overlap, or where one
+/// memtable batch may repeat a point: only rows there can be duplicates. Files hold
+/// no duplicates of their own (flush merges them). Sorted and disjoint.
+fn dirty_ranges(table: &TableDef, files: &[&FileMeta], mem: &[&MemBatch]) -> Vec<(i64, i64)> {
+    let mut ranges: Vec<(i64, i64)> = files
+        .iter()
+        .map(|f| file_time_range(table, f))
+        .chain(mem.iter().map(|b| (b.min_time, b.max_time)))
+        .collect();
+    let mut dirty: Vec<(i64, i64)> = mem
+        .iter()
+        .filter(|b| b.dups)
+        .map(|b| (b.min_time, b.max_time))
+        .collect();
+    ranges.sort_unstable();
+    let mut reach: Option<i64> = None;
+    for (lo, hi) in ranges {
+        if let Some(r) = reach
+            && lo <= r
+        {
+            dirty.push((lo, hi.min(r)));
+        }
+        reach = Some(reach.map_or(hi, |r| r.max(hi)));
+    }
+    dirty.sort_unstable();
+    let mut merged: Vec<(i64, i64)> = vec![];
+    for (lo, hi) in dirty {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    merged
 }
 
 /// Turns a stored `DEFAULT` (a literal, `now()` or `current_timestamp`) into an expression.
@@ -248,7 +465,28 @@ impl TableProvider for HypertableProvider {
             Some(e) => Some(state.create_physical_expr(e, &df_schema)?),
             None => None,
         };
-        let pruning = physical.clone().and_then(|p| {
+        // Line-protocol tables merge duplicate points at read time: a file may only be
+        // skipped on what identifies a point (tags, time), never on a field value an
+        // older copy of the point might have differently.
+        let prune_on = if table.dedups() {
+            let keys: Vec<&String> = table
+                .series_key
+                .iter()
+                .chain(table.time_column.iter())
+                .collect();
+            let safe: Vec<Expr> = filters
+                .iter()
+                .filter(|e| e.column_refs().iter().all(|c| keys.contains(&&c.name)))
+                .cloned()
+                .collect();
+            match conjunction(safe) {
+                Some(e) => Some(state.create_physical_expr(e, &df_schema)?),
+                None => None,
+            }
+        } else {
+            physical.clone()
+        };
+        let pruning = prune_on.and_then(|p| {
             PruningPredicateBuilder::new()
                 .with_file_schema(schema.clone())
                 .build(p)
@@ -285,44 +523,32 @@ impl TableProvider for HypertableProvider {
             .filter(|(_, k)| **k)
             .map(|(f, _)| f)
             .collect();
-
-        let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
-        if !files.is_empty() {
-            let mut source = ParquetSource::new(schema.clone());
-            if let Some(p) = &physical {
-                source = source.with_predicate(p.clone());
-            }
-            let source = source.with_enable_page_index(true);
-            let target = state.config().target_partitions().max(1);
-            let mut groups: Vec<Vec<PartitionedFile>> = vec![vec![]; target.min(files.len())];
-            for (i, f) in files.iter().enumerate() {
-                let n = groups.len();
-                groups[i % n].push(PartitionedFile::new(f.path.clone(), f.bytes));
-            }
-            let mut builder = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
-                .with_projection_indices(projection.cloned())?
-                .with_limit(limit);
-            for g in groups {
-                builder = builder.with_file_group(g.into());
-            }
-            inputs.push(DataSourceExec::from_data_source(builder.build()));
-        }
-        let mem_batches: Vec<RecordBatch> = view
+        let mem: Vec<&MemBatch> = view
             .mem
             .iter()
             .zip(&keep_mem)
             .filter(|(_, k)| **k)
             .flat_map(|((_, b), _)| b.iter())
-            .map(|b| storage::adapt_batch(b, &schema))
-            .collect::<crate::Result<Vec<_>>>()
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        if !mem_batches.is_empty() || inputs.is_empty() {
-            let mut mem =
-                MemorySourceConfig::try_new(&[mem_batches], schema.clone(), projection.cloned())?;
-            mem = mem.with_limit(limit);
-            inputs.push(DataSourceExec::from_data_source(mem));
-        }
-        let input = UnionExec::try_new(inputs)?;
+            .collect();
+
+        let dirty = match storage::dedup::key_indices(&table, &schema) {
+            Some(_) => dirty_ranges(&table, &files, &mem),
+            None => vec![],
+        };
+        let input = if dirty.is_empty() {
+            let inputs = self.plain_inputs(
+                state,
+                &schema,
+                &files,
+                &mem,
+                projection,
+                physical.as_ref(),
+                limit,
+            )?;
+            UnionExec::try_new(inputs)?
+        } else {
+            self.dedup_input(state, &table, &schema, &files, &mem, &dirty, projection)?
+        };
         Ok(Arc::new(HypertableScanExec {
             table: table.name.clone(),
             chunks_scanned: kept_chunks.len(),
@@ -354,8 +580,8 @@ impl TableProvider for HypertableProvider {
 }
 
 /// Statistics of an in-memory chunk: its time range, nothing else.
-fn mem_chunk_meta(table: &TableDef, start: i64, batches: &[RecordBatch]) -> FileMeta {
-    let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+fn mem_chunk_meta(table: &TableDef, start: i64, batches: &[MemBatch]) -> FileMeta {
+    let rows: u64 = batches.iter().map(|b| b.batch.num_rows() as u64).sum();
     let mut stats = vec![];
     if let (Some(tc), Some(iv)) = (&table.time_column, table.chunk_interval_micros) {
         let dt = table.column(tc).map(|c| c.sql_type.to_arrow());

@@ -181,7 +181,7 @@ fn chunk_starts(engine: &Engine, t: &TableDef) -> BTreeSet<i64> {
         s.extend(
             v.mem
                 .iter()
-                .filter(|(_, b)| b.iter().any(|b| b.num_rows() > 0))
+                .filter(|(_, b)| b.iter().any(|b| b.batch.num_rows() > 0))
                 .map(|(c, _)| *c),
         );
     }

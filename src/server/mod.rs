@@ -1,6 +1,7 @@
 //! Network front ends. `server/` knows nothing of Parquet or the WAL: it turns
 //! protocol messages into calls on `sql::Session` and back.
 
+pub mod influx;
 pub mod pg;
 
 use std::net::SocketAddr;
@@ -15,6 +16,20 @@ use crate::error::{Error, Result};
 pub struct Listeners {
     pub pg: TcpListener,
     pub pg_addr: SocketAddr,
+    pub http: Option<TcpListener>,
+    pub http_addr: Option<SocketAddr>,
+    pub tcp: Option<TcpListener>,
+    pub tcp_addr: Option<SocketAddr>,
+}
+
+async fn bind_one(addr: SocketAddr, what: &str) -> Result<(TcpListener, SocketAddr)> {
+    let l = TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::io(format!("cannot listen for {what} on {addr}"), e))?;
+    let a = l
+        .local_addr()
+        .map_err(|e| Error::io("cannot read the bound address", e))?;
+    Ok((l, a))
 }
 
 /// Binds the configured ports; a port in use is a clear error.
@@ -26,10 +41,41 @@ pub async fn bind(engine: &Engine) -> Result<Listeners> {
     let pg_addr = pg
         .local_addr()
         .map_err(|e| Error::io("cannot read the bound address", e))?;
-    Ok(Listeners { pg, pg_addr })
+    let (http, http_addr) = match engine.config.http_addr {
+        Some(a) => {
+            let (l, a) = bind_one(a, "line protocol over HTTP").await?;
+            (Some(l), Some(a))
+        }
+        None => (None, None),
+    };
+    let (tcp, tcp_addr) = match engine.config.tcp_addr {
+        Some(a) => {
+            let (l, a) = bind_one(a, "line protocol over TCP").await?;
+            (Some(l), Some(a))
+        }
+        None => (None, None),
+    };
+    Ok(Listeners {
+        pg,
+        pg_addr,
+        http,
+        http_addr,
+        tcp,
+        tcp_addr,
+    })
 }
 
 /// Serves until the engine's shutdown token fires.
 pub async fn serve(engine: Arc<Engine>, listeners: Listeners) {
+    let mut tasks = vec![];
+    if let Some(l) = listeners.http {
+        tasks.push(tokio::spawn(influx::serve(engine.clone(), l)));
+    }
+    if let Some(l) = listeners.tcp {
+        tasks.push(tokio::spawn(influx::tcp::serve(engine.clone(), l)));
+    }
     pg::serve(engine, listeners.pg).await;
+    for t in tasks {
+        let _ = t.await;
+    }
 }

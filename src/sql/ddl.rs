@@ -1,6 +1,6 @@
 //! DDL and management functions: CREATE/DROP DATABASE, CREATE/DROP/ALTER TABLE
 //! (with TimescaleDB hypertable options), `create_hypertable(...)` in its legacy
-//! and `by_range` forms, and `sundial_flush()`.
+//! and `by_range` forms, `sundial_flush()` and `sundial_compact()`.
 
 use std::sync::Arc;
 
@@ -19,9 +19,10 @@ use crate::catalog::{ColumnDef, DatabaseDef, SqlType, TableDef};
 use crate::error::{Error, Result};
 
 /// Management functions called as `SELECT f(...)`.
-const FUNCTIONS: [&str; 3] = [
+const FUNCTIONS: [&str; 4] = [
     "create_hypertable",
     "sundial_flush",
+    "sundial_compact",
     "set_chunk_time_interval",
 ];
 
@@ -130,6 +131,11 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
                 "sundial_flush" => {
                     let n = s.engine.writer.flush_all().await?;
                     one_text_row("sundial_flush", n.to_string())
+                }
+                "sundial_compact" => {
+                    s.engine.writer.flush_all().await?;
+                    let n = crate::storage::compact::compact_all(&s.engine, false).await?;
+                    one_text_row("sundial_compact", n.to_string())
                 }
                 _ => Err(Error::Internal(format!("unhandled function {name}"))),
             }
@@ -433,6 +439,8 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
                 time_column,
                 chunk_interval_micros: interval,
                 files: vec![],
+                series_key: vec![],
+                line_protocol: false,
             }),
         );
         Ok(true)

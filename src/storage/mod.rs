@@ -19,6 +19,9 @@ use parquet::schema::types::ColumnPath;
 use crate::catalog::{ColumnStats, FileMeta, TableDef};
 use crate::error::{Error, Result};
 
+pub mod compact;
+pub mod dedup;
+
 /// Rows per Parquet row group: small enough for row-group pruning inside a file and
 /// for DataFusion to read one chunk's file on both cores.
 pub const ROW_GROUP_ROWS: usize = 64 * 1024;
@@ -46,7 +49,8 @@ pub fn sort_by_time(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch
     Ok(take_record_batch(batch, &idx)?)
 }
 
-fn writer_props(table: &TableDef) -> WriterProperties {
+/// Parquet writer settings for a table's chunk files.
+pub fn writer_props(table: &TableDef) -> WriterProperties {
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
         .set_statistics_enabled(EnabledStatistics::Page)
@@ -71,7 +75,12 @@ pub async fn write_chunk_file(
     file_id: u64,
     batch: &RecordBatch,
 ) -> Result<FileMeta> {
-    let sorted = sort_by_time(table, batch)?;
+    // Line-protocol tables: by series then time, one row per point (last write wins);
+    // long runs of one series compress far better than time order.
+    let sorted = match dedup::key_indices(table, &batch.schema()) {
+        Some(keys) => dedup::dedup_sort(batch, &keys)?,
+        None => sort_by_time(table, batch)?,
+    };
     let mut buf = Vec::with_capacity(sorted.get_array_memory_size() / 4 + 1024);
     {
         let mut w = ArrowWriter::try_new(&mut buf, sorted.schema(), Some(writer_props(table)))?;
@@ -89,6 +98,82 @@ pub async fn write_chunk_file(
         bytes,
         stats: column_stats(&sorted)?,
     })
+}
+
+/// Min, max and null count of every column, gathered batch by batch.
+pub struct StatsAccumulator {
+    schema: SchemaRef,
+    cols: Vec<(Option<(MinAccumulator, MaxAccumulator)>, u64)>,
+}
+
+impl StatsAccumulator {
+    pub fn new(schema: SchemaRef) -> Result<StatsAccumulator> {
+        let cols = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let acc = if stats_supported(f.data_type()) {
+                    Some((
+                        MinAccumulator::try_new(f.data_type())?,
+                        MaxAccumulator::try_new(f.data_type())?,
+                    ))
+                } else {
+                    None
+                };
+                Ok((acc, 0))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(StatsAccumulator { schema, cols })
+    }
+
+    pub fn update(&mut self, batch: &RecordBatch) -> Result<()> {
+        for (i, (acc, nulls)) in self.cols.iter_mut().enumerate() {
+            let col = batch.column(i);
+            *nulls += col.null_count() as u64;
+            if let Some((min, max)) = acc {
+                min.update_batch(std::slice::from_ref(col))?;
+                max.update_batch(std::slice::from_ref(col))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn finish(mut self) -> Result<Vec<ColumnStats>> {
+        let mut out = vec![];
+        for (f, (acc, nulls)) in self.schema.fields().iter().zip(self.cols.iter_mut()) {
+            let (min, max) = match acc {
+                Some((lo, hi)) => (
+                    scalar_text(lo.evaluate()?, f.data_type())?,
+                    scalar_text(hi.evaluate()?, f.data_type())?,
+                ),
+                None => (None, None),
+            };
+            out.push(ColumnStats {
+                column: f.name().clone(),
+                min,
+                max,
+                null_count: Some(*nulls),
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn scalar_text(value: datafusion::common::ScalarValue, dt: &DataType) -> Result<Option<String>> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    let arr = value.to_array()?;
+    let s = cast(&arr, &DataType::Utf8)?;
+    let s = s
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .map(|a| a.value(0).to_string());
+    if matches!(dt, DataType::Float32 | DataType::Float64) {
+        // NaN sorts above everything in Arrow but not in SQL comparisons: no stats then.
+        return Ok(s.filter(|s| !s.eq_ignore_ascii_case("nan")));
+    }
+    Ok(s)
 }
 
 /// Min, max and null count of every column (min/max left out where unsupported).

@@ -25,7 +25,40 @@ use crate::wal::{Replayed, Wal};
 const KIND_WRITE: u8 = 1;
 
 /// Rows of one chunk held in memory: a list of batches in arrival order.
-type ChunkBatches = BTreeMap<i64, Vec<RecordBatch>>;
+type ChunkBatches = BTreeMap<i64, Vec<MemBatch>>;
+
+/// One written batch in a memtable, with what scans need to know about it.
+#[derive(Debug, Clone)]
+pub struct MemBatch {
+    pub batch: RecordBatch,
+    /// Time range of the rows (microseconds); the whole range for tables without time.
+    pub min_time: i64,
+    pub max_time: i64,
+    /// Whether two rows of the batch may be the same point (line-protocol tables).
+    pub dups: bool,
+}
+
+impl MemBatch {
+    fn new(table: &TableDef, batch: RecordBatch) -> Result<MemBatch> {
+        let (min_time, max_time) = match time_values(table, &batch)? {
+            Some(t) if !t.is_empty() => (
+                t.iter().copied().min().unwrap_or(i64::MIN),
+                t.iter().copied().max().unwrap_or(i64::MAX),
+            ),
+            _ => (i64::MIN, i64::MAX),
+        };
+        let dups = match storage::dedup::key_indices(table, &batch.schema()) {
+            Some(keys) => storage::dedup::may_have_duplicates(&batch, &keys)?,
+            None => false,
+        };
+        Ok(MemBatch {
+            batch,
+            min_time,
+            max_time,
+            dups,
+        })
+    }
+}
 
 #[derive(Default)]
 struct MemState {
@@ -43,13 +76,14 @@ pub struct WriteStats {
     pub flushes: AtomicU64,
     pub flushed_bytes: AtomicU64,
     pub flushed_files: AtomicU64,
+    pub compactions: AtomicU64,
 }
 
 /// A consistent view of one table for a query: catalog files plus memtable rows.
 pub struct TableView {
     pub table: Arc<TableDef>,
-    /// `(chunk_start, batches)` not yet in Parquet.
-    pub mem: Vec<(i64, Vec<RecordBatch>)>,
+    /// `(chunk_start, batches)` not yet in Parquet, in arrival order.
+    pub mem: Vec<(i64, Vec<MemBatch>)>,
 }
 
 /// Owns the memtables and the path from a write to a Parquet file.
@@ -110,7 +144,10 @@ impl WriteService {
             return Ok(0);
         }
         let batch = validate(table, &batch)?;
-        let parts = split_by_chunk(table, &batch)?;
+        let parts = split_by_chunk(table, &batch)?
+            .into_iter()
+            .map(|(start, b)| Ok((start, MemBatch::new(table, b)?)))
+            .collect::<Result<Vec<_>>>()?;
         let payload = encode_payload(table.id, &batch)?;
         while self.mem.read().bytes > self.flush_size.saturating_mul(3) {
             self.notify.notify_one();
@@ -129,9 +166,12 @@ impl WriteService {
         Ok(rows)
     }
 
-    fn insert_mem(&self, table_id: u64, parts: Vec<(i64, RecordBatch)>) {
+    fn insert_mem(&self, table_id: u64, parts: Vec<(i64, MemBatch)>) {
         let mut mem = self.mem.write();
-        let added: usize = parts.iter().map(|(_, b)| b.get_array_memory_size()).sum();
+        let added: usize = parts
+            .iter()
+            .map(|(_, b)| b.batch.get_array_memory_size())
+            .sum();
         let chunks = mem.active.entry(table_id).or_default();
         for (start, b) in parts {
             chunks.entry(start).or_default().push(b);
@@ -154,7 +194,10 @@ impl WriteService {
             for b in batches {
                 let b = storage::adapt_batch(&b, &schema)?;
                 n += b.num_rows();
-                let parts = split_by_chunk(table, &b)?;
+                let parts = split_by_chunk(table, &b)?
+                    .into_iter()
+                    .map(|(start, b)| Ok((start, MemBatch::new(table, b)?)))
+                    .collect::<Result<Vec<_>>>()?;
                 self.insert_mem(table_id, parts);
             }
         }
@@ -167,7 +210,7 @@ impl WriteService {
         let manifest = self.catalog.snapshot();
         let (_, table) = manifest.table_by_id(table_id)?;
         let mem = self.mem.read();
-        let mut chunks: BTreeMap<i64, Vec<RecordBatch>> = BTreeMap::new();
+        let mut chunks: BTreeMap<i64, Vec<MemBatch>> = BTreeMap::new();
         let sources = mem
             .frozen
             .iter()
@@ -184,6 +227,37 @@ impl WriteService {
         Some(TableView {
             table: table.clone(),
             mem: chunks.into_iter().collect(),
+        })
+    }
+
+    /// Swaps the files `old` of a table for `new` (a compaction result) in one catalog
+    /// step; `new` takes the place of the oldest of them, keeping arrival order.
+    pub fn replace_files(&self, table_id: u64, old: &[u64], new: FileMeta) -> Result<()> {
+        let _v = self.visibility.write();
+        self.catalog.update(|m| {
+            for d in m.databases.values_mut() {
+                for t in d.tables.values_mut() {
+                    if t.id != table_id {
+                        continue;
+                    }
+                    if !old.iter().all(|id| t.files.iter().any(|f| f.id == *id)) {
+                        return Err(Error::Catalog(
+                            "chunk files changed during compaction".into(),
+                        ));
+                    }
+                    let tm = Arc::make_mut(t);
+                    let pos = tm
+                        .files
+                        .iter()
+                        .position(|f| old.contains(&f.id))
+                        .unwrap_or(tm.files.len());
+                    tm.files.retain(|f| !old.contains(&f.id));
+                    let pos = pos.min(tm.files.len());
+                    tm.files.insert(pos, new);
+                    return Ok(());
+                }
+            }
+            Err(Error::Catalog("table dropped during compaction".into()))
         })
     }
 
@@ -247,7 +321,7 @@ impl WriteService {
                     .values()
                     .flat_map(|c| c.values())
                     .flatten()
-                    .map(|b| b.get_array_memory_size())
+                    .map(|b| b.batch.get_array_memory_size())
                     .sum();
                 mem.oldest.get_or_insert_with(Instant::now);
             }
@@ -273,7 +347,7 @@ impl WriteService {
             for (start, batches) in chunks {
                 let adapted = batches
                     .iter()
-                    .map(|b| storage::adapt_batch(b, &schema))
+                    .map(|b| storage::adapt_batch(&b.batch, &schema))
                     .collect::<Result<Vec<_>>>()?;
                 let batch = arrow::compute::concat_batches(&schema, &adapted)?;
                 let meta =

@@ -9,9 +9,39 @@ use std::time::{Duration, Instant};
 pub struct TestServer {
     pub child: Option<Child>,
     pub pg_addr: String,
+    /// `http=` address from the READY line (line protocol / InfluxDB-compatible HTTP port).
+    pub http_addr: Option<String>,
+    /// `tcp=` address from the READY line (raw line-protocol TCP listener, if enabled).
+    pub tcp_addr: Option<String>,
     pub data_dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     extra_env: Vec<(String, String)>,
+    extra_args: Vec<String>,
+}
+
+/// Listener addresses a server reports in its `SUNDIAL READY` line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Addrs {
+    pub pg: String,
+    pub http: Option<String>,
+    pub tcp: Option<String>,
+}
+
+impl Addrs {
+    /// Parses the tokens after `SUNDIAL READY`: `pg=A [http=B] [tcp=C]` (any order;
+    /// unknown tokens are ignored). None if there is no `pg=`.
+    pub fn parse(tokens: &str) -> Option<Addrs> {
+        let mut out = Addrs::default();
+        for tok in tokens.split_whitespace() {
+            match tok.split_once('=') {
+                Some(("pg", a)) => out.pg = a.to_string(),
+                Some(("http", a)) => out.http = Some(a.to_string()),
+                Some(("tcp", a)) => out.tcp = Some(a.to_string()),
+                _ => {}
+            }
+        }
+        if out.pg.is_empty() { None } else { Some(out) }
+    }
 }
 
 impl TestServer {
@@ -22,20 +52,46 @@ impl TestServer {
 
     /// Starts a server with a fresh temporary data directory and extra `SUNDIAL_*` env vars.
     pub fn start_with_env(env: &[(&str, &str)]) -> TestServer {
+        Self::start_with_args(&[], env)
+    }
+
+    /// Starts a server with a fresh temporary data directory, extra `serve` CLI arguments
+    /// (e.g. `&["--tcp-addr", "127.0.0.1:0"]`) and extra env vars. Both are reused by
+    /// [`TestServer::restart`].
+    pub fn start_with_args(args: &[&str], env: &[(&str, &str)]) -> TestServer {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
         let env: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let (child, addr) = spawn(&dir, &env).expect("server starts");
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let (child, addrs) = spawn_with_args(&dir, &args, &env).expect("server starts");
         TestServer {
             child: Some(child),
-            pg_addr: addr,
+            pg_addr: addrs.pg,
+            http_addr: addrs.http,
+            tcp_addr: addrs.tcp,
             data_dir: dir,
             _tmp: Some(tmp),
             extra_env: env,
+            extra_args: args,
         }
+    }
+
+    /// `http://{http_addr}{path_and_query}`; panics if the server reported no `http=`.
+    pub fn http_url(&self, path_and_query: &str) -> String {
+        let addr = self
+            .http_addr
+            .as_deref()
+            .expect("server did not report an http= address in its READY line");
+        format!("http://{addr}{path_and_query}")
+    }
+
+    fn set_addrs(&mut self, addrs: Addrs) {
+        self.pg_addr = addrs.pg;
+        self.http_addr = addrs.http;
+        self.tcp_addr = addrs.tcp;
     }
 
     /// Connection string for tokio-postgres.
@@ -75,17 +131,18 @@ impl TestServer {
     /// Starts the server again on the same data directory (after kill9/terminate).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the server first");
-        let (child, addr) = spawn(&self.data_dir, &self.extra_env).expect("server restarts");
+        let (child, addrs) = spawn_with_args(&self.data_dir, &self.extra_args, &self.extra_env)
+            .expect("server restarts");
         self.child = Some(child);
-        self.pg_addr = addr;
+        self.set_addrs(addrs);
     }
 
     /// Tries to start on the same data dir; returns stderr on failure.
     pub fn try_restart(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "stop the server first");
-        let (child, addr) = spawn(&self.data_dir, &self.extra_env)?;
+        let (child, addrs) = spawn_with_args(&self.data_dir, &self.extra_args, &self.extra_env)?;
         self.child = Some(child);
-        self.pg_addr = addr;
+        self.set_addrs(addrs);
         Ok(())
     }
 }
@@ -101,8 +158,18 @@ pub fn server_bin() -> &'static str {
     env!("CARGO_BIN_EXE_sundial")
 }
 
-/// Spawns `sundial serve` on `dir`; waits for the READY line. Err carries stderr on failure.
+/// Spawns `sundial serve` on `dir`; waits for the READY line and returns the pg address.
+/// Err carries stderr on failure.
 pub fn spawn(dir: &Path, env: &[(String, String)]) -> Result<(Child, String), String> {
+    spawn_with_args(dir, &[], env).map(|(child, addrs)| (child, addrs.pg))
+}
+
+/// Like [`spawn`], with extra `serve` arguments; returns every address of the READY line.
+pub fn spawn_with_args(
+    dir: &Path,
+    args: &[String],
+    env: &[(String, String)],
+) -> Result<(Child, Addrs), String> {
     let mut cmd = Command::new(server_bin());
     cmd.arg("serve")
         .arg("--data-dir")
@@ -111,6 +178,7 @@ pub fn spawn(dir: &Path, env: &[(String, String)]) -> Result<(Child, String), St
         .arg("127.0.0.1:0")
         .arg("--http-addr")
         .arg("127.0.0.1:0")
+        .args(args)
         .env("SUNDIAL_LOG_LEVEL", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -132,9 +200,12 @@ pub fn spawn(dir: &Path, env: &[(String, String)]) -> Result<(Child, String), St
                     return;
                 }
                 Ok(_) => {
-                    if let Some(rest) = line.trim().strip_prefix("SUNDIAL READY pg=") {
-                        let addr = rest.split_whitespace().next().unwrap_or("").to_string();
-                        let _ = tx.send(Some(addr));
+                    let ready = line
+                        .trim()
+                        .strip_prefix("SUNDIAL READY ")
+                        .and_then(Addrs::parse);
+                    if let Some(addrs) = ready {
+                        let _ = tx.send(Some(addrs));
                         // keep draining stdout so the server never blocks on a full pipe
                         let mut sink = String::new();
                         while reader.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
@@ -162,7 +233,7 @@ pub fn spawn(dir: &Path, env: &[(String, String)]) -> Result<(Child, String), St
     });
     let deadline = Instant::now() + Duration::from_secs(60);
     match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        Ok(Some(addr)) => Ok((child, addr)),
+        Ok(Some(addrs)) => Ok((child, addrs)),
         _ => {
             let _ = child.kill();
             let _ = child.wait();
@@ -173,14 +244,18 @@ pub fn spawn(dir: &Path, env: &[(String, String)]) -> Result<(Child, String), St
 }
 
 impl TestServer {
-    /// Wraps a server started with [`spawn`] on a directory the test owns.
+    /// Wraps a server started with [`spawn`] on a directory the test owns
+    /// (only the pg address is known; http/tcp stay None).
     pub fn adopt(child: Child, pg_addr: String, data_dir: PathBuf) -> TestServer {
         TestServer {
             child: Some(child),
             pg_addr,
+            http_addr: None,
+            tcp_addr: None,
             data_dir,
             _tmp: None,
             extra_env: vec![],
+            extra_args: vec![],
         }
     }
 }

@@ -1,6 +1,7 @@
 mod durability;
 mod errors;
 mod harness;
+mod influx;
 mod migrations;
 mod pg_compare;
 mod wire;

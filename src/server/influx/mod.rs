@@ -1,0 +1,433 @@
+//! The InfluxDB-compatible line-protocol port: `/write` (1.x), `/api/v2/write`,
+//! `/api/v3/write_lp`, `/api/v1/write` (CnosDB), `/ping`, `/health`, `/metrics`,
+//! the `/query` statements agents send at start, and the raw TCP listener.
+
+pub mod tcp;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::lineproto::{self, Precision, WriteOptions, WriteOutcome};
+
+/// Version reported in `X-Influxdb-Version`: agents check for a 1.x server.
+pub const INFLUX_VERSION: &str = "1.8.10";
+/// Bad lines named in one error message at most.
+const MAX_LISTED_ERRORS: usize = 100;
+
+type Params = Query<HashMap<String, String>>;
+
+/// Which API a write came through: they differ in parameter names and error shape.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    V1,
+    V2,
+    V3,
+}
+
+/// Serves the HTTP port until shutdown.
+pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
+    let limit = usize::try_from(engine.config.http_max_body_size).unwrap_or(usize::MAX);
+    let shutdown = engine.shutdown.clone();
+    let app = Router::new()
+        .route("/write", post(write_v1))
+        .route("/api/v1/write", post(write_v1))
+        .route("/api/v2/write", post(write_v2))
+        .route("/api/v3/write_lp", post(write_v3))
+        .route("/ping", get(ping).head(ping))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/query", get(query).post(query))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(engine);
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+    {
+        tracing::error!(error = %e, "line-protocol HTTP server stopped");
+    }
+}
+
+fn error_response(status: StatusCode, message: &str, extra: Option<serde_json::Value>) -> Response {
+    let code = match status.as_u16() {
+        400 => "invalid",
+        401 => "unauthorized",
+        404 => "not found",
+        413 => "request too large",
+        422 => "unprocessable entity",
+        503 => "unavailable",
+        _ => "internal error",
+    };
+    let mut body = json!({"code": code, "message": message, "error": message});
+    if let (Some(extra), Some(obj)) = (extra, body.as_object_mut()) {
+        obj.insert("data".into(), extra);
+    }
+    let mut resp = (status, axum::Json(body)).into_response();
+    if status != StatusCode::UNAUTHORIZED {
+        let first: String = message
+            .chars()
+            .take(1024)
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        if let Ok(v) = HeaderValue::from_str(&first) {
+            resp.headers_mut().insert("X-Influxdb-Error", v);
+        }
+    }
+    version_headers(resp.headers_mut());
+    resp
+}
+
+fn version_headers(h: &mut HeaderMap) {
+    h.insert(
+        "X-Influxdb-Version",
+        HeaderValue::from_static(INFLUX_VERSION),
+    );
+    h.insert("X-Influxdb-Build", HeaderValue::from_static("OSS"));
+}
+
+fn no_content() -> Response {
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    version_headers(r.headers_mut());
+    r
+}
+
+/// Checks the token when one is configured: `Authorization: Token|Bearer <t>`
+/// (also `Token user:<t>`), or `p=<t>` as 1.x clients send it.
+fn authorized(engine: &Engine, headers: &HeaderMap, q: &HashMap<String, String>) -> bool {
+    let Some(token) = &engine.config.http_auth_token else {
+        return true;
+    };
+    if q.get("p").is_some_and(|p| p == token) {
+        return true;
+    }
+    let Some(auth) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let given = auth
+        .strip_prefix("Token ")
+        .or_else(|| auth.strip_prefix("Bearer "))
+        .map(str::trim);
+    match given {
+        Some(g) => g == token || g.rsplit_once(':').is_some_and(|(_, p)| p == token),
+        None => false,
+    }
+}
+
+/// The request body, gunzipped when `Content-Encoding: gzip`, within the size limit.
+#[allow(clippy::result_large_err)] // the error is the response itself
+fn decode_body(engine: &Engine, headers: &HeaderMap, body: Bytes) -> Result<Bytes, Response> {
+    let limit = engine.config.http_max_body_size;
+    if body.len() as u64 > limit {
+        return Err(too_large(limit));
+    }
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("identity")
+        .trim()
+        .to_ascii_lowercase();
+    match encoding.as_str() {
+        "" | "identity" => Ok(body),
+        "gzip" | "x-gzip" => {
+            let mut out = Vec::with_capacity(body.len().saturating_mul(8).min(limit as usize));
+            let mut dec = flate2::read::MultiGzDecoder::new(&body[..]).take(limit + 1);
+            match dec.read_to_end(&mut out) {
+                Ok(_) if out.len() as u64 > limit => Err(too_large(limit)),
+                Ok(_) => Ok(Bytes::from(out)),
+                Err(e) => Err(error_response(
+                    StatusCode::BAD_REQUEST,
+                    &format!("invalid gzip body: {e}"),
+                    None,
+                )),
+            }
+        }
+        other => Err(error_response(
+            StatusCode::BAD_REQUEST,
+            &format!("unsupported Content-Encoding \"{other}\" (use gzip or identity)"),
+            None,
+        )),
+    }
+}
+
+fn too_large(limit: u64) -> Response {
+    error_response(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("request body is larger than the limit of {limit} bytes"),
+        None,
+    )
+}
+
+async fn write_v1(
+    State(e): State<Arc<Engine>>,
+    Query(q): Params,
+    h: HeaderMap,
+    b: Bytes,
+) -> Response {
+    let precision = Precision::parse_v1(q.get("precision").map(String::as_str));
+    handle_write(e, Api::V1, q.get("db").cloned(), precision, true, h, &q, b).await
+}
+
+async fn write_v2(
+    State(e): State<Arc<Engine>>,
+    Query(q): Params,
+    h: HeaderMap,
+    b: Bytes,
+) -> Response {
+    let precision = Precision::parse_v2(q.get("precision").map(String::as_str));
+    // 1.x-compatible `bucket=db/rp` names the database before the slash.
+    let db = q
+        .get("bucket")
+        .map(|b| b.split('/').next().unwrap_or("").to_string());
+    handle_write(e, Api::V2, db, precision, true, h, &q, b).await
+}
+
+async fn write_v3(
+    State(e): State<Arc<Engine>>,
+    Query(q): Params,
+    h: HeaderMap,
+    b: Bytes,
+) -> Response {
+    let precision = Precision::parse_v3(q.get("precision").map(String::as_str));
+    let accept_partial = !matches!(
+        q.get("accept_partial").map(|s| s.to_ascii_lowercase()),
+        Some(ref s) if s == "false" || s == "0" || s == "no"
+    );
+    handle_write(
+        e,
+        Api::V3,
+        q.get("db").cloned(),
+        precision,
+        accept_partial,
+        h,
+        &q,
+        b,
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn handle_write(
+    engine: Arc<Engine>,
+    api: Api,
+    db: Option<String>,
+    precision: Result<Precision, String>,
+    accept_partial: bool,
+    headers: HeaderMap,
+    q: &HashMap<String, String>,
+    body: Bytes,
+) -> Response {
+    engine
+        .metrics
+        .lp_requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if !authorized(&engine, &headers, q) {
+        let mut r = error_response(StatusCode::UNAUTHORIZED, "authorization failed", None);
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Token realm=\"sundial\""),
+        );
+        return r;
+    }
+    let db = match db.filter(|d| !d.is_empty()) {
+        Some(d) if d.len() <= 63 => d,
+        Some(_) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "database name is longer than 63 bytes",
+                None,
+            );
+        }
+        None => {
+            let what = if api == Api::V2 { "bucket" } else { "database" };
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                &format!("{what} is required"),
+                None,
+            );
+        }
+    };
+    let precision = match precision {
+        Ok(p) => p,
+        Err(m) => return error_response(StatusCode::BAD_REQUEST, &m, None),
+    };
+    let body = match decode_body(&engine, &headers, body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let opts = WriteOptions {
+        precision,
+        accept_partial,
+        create_database: engine.config.lp_create_databases,
+    };
+    match lineproto::write(&engine, &db, &body, &opts).await {
+        Ok(out) if out.errors.is_empty() => no_content(),
+        Ok(out) => partial_response(api, &out),
+        Err(Error::UndefinedDatabase(d)) => error_response(
+            StatusCode::NOT_FOUND,
+            &format!("database not found: \"{d}\""),
+            None,
+        ),
+        Err(err) => {
+            tracing::error!(error = %err, database = %db, "line-protocol write failed");
+            let status = StatusCode::from_u16(err.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            error_response(status, &err.to_string(), None)
+        }
+    }
+}
+
+fn partial_response(api: Api, out: &WriteOutcome) -> Response {
+    let mut parts: Vec<String> = out
+        .errors
+        .iter()
+        .take(MAX_LISTED_ERRORS)
+        .map(|e| format!("line {}: {}", e.line, e.message))
+        .collect();
+    if out.errors.len() > MAX_LISTED_ERRORS {
+        parts.push(format!(
+            "... and {} more bad lines",
+            out.errors.len() - MAX_LISTED_ERRORS
+        ));
+    }
+    let message = format!(
+        "partial write: {} dropped={}",
+        parts.join("\n"),
+        out.dropped
+    );
+    let data = (api == Api::V3).then(|| {
+        serde_json::Value::Array(
+            out.errors
+                .iter()
+                .take(MAX_LISTED_ERRORS)
+                .map(|e| {
+                    json!({"original_line": e.text, "line_number": e.line, "error_message": e.message})
+                })
+                .collect(),
+        )
+    });
+    error_response(StatusCode::BAD_REQUEST, &message, data)
+}
+
+async fn ping() -> Response {
+    no_content()
+}
+
+async fn health(State(e): State<Arc<Engine>>) -> Response {
+    let body = json!({
+        "name": "sundial",
+        "message": "ready for queries and writes",
+        "status": "pass",
+        "checks": [],
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_seconds": e.started.elapsed().as_secs(),
+    });
+    let mut r = (StatusCode::OK, axum::Json(body)).into_response();
+    version_headers(r.headers_mut());
+    r
+}
+
+async fn metrics(State(e): State<Arc<Engine>>) -> Response {
+    let text = crate::metrics::render(&e);
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// `/query`: the InfluxQL agents send at start (`CREATE DATABASE`, `SHOW DATABASES`).
+async fn query(State(e): State<Arc<Engine>>, Query(q): Params, body: Bytes) -> Response {
+    let text = match q.get("q") {
+        Some(t) => t.clone(),
+        None => url::form_urlencoded::parse(&body)
+            .find(|(k, _)| k == "q")
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default(),
+    };
+    let stmt = text.trim().trim_end_matches(';').trim();
+    let words: Vec<&str> = stmt.split_whitespace().collect();
+    let upper: Vec<String> = words
+        .iter()
+        .take(2)
+        .map(|w| w.to_ascii_uppercase())
+        .collect();
+    let ok = |series: Option<serde_json::Value>| {
+        let mut res = json!({"statement_id": 0});
+        if let (Some(s), Some(obj)) = (series, res.as_object_mut()) {
+            obj.insert("series".into(), json!([s]));
+        }
+        let mut r = (StatusCode::OK, axum::Json(json!({"results": [res]}))).into_response();
+        version_headers(r.headers_mut());
+        r
+    };
+    match upper
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["CREATE", "DATABASE"] => {
+            let Some(name) = words.get(2).map(|n| n.trim_matches('"')) else {
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    "CREATE DATABASE needs a name",
+                    None,
+                );
+            };
+            let created = e.catalog.update(|m| {
+                if !m.databases.contains_key(name) {
+                    let id = m.alloc_id();
+                    m.databases.insert(
+                        name.to_string(),
+                        crate::catalog::DatabaseDef {
+                            id,
+                            tables: Default::default(),
+                        },
+                    );
+                }
+                Ok(())
+            });
+            match created {
+                Ok(()) => ok(None),
+                Err(err) => {
+                    error_response(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string(), None)
+                }
+            }
+        }
+        ["SHOW", "DATABASES"] => {
+            let names: Vec<serde_json::Value> = e
+                .catalog
+                .snapshot()
+                .databases
+                .keys()
+                .map(|n| json!([n]))
+                .collect();
+            ok(Some(
+                json!({"name": "databases", "columns": ["name"], "values": names}),
+            ))
+        }
+        _ => error_response(
+            StatusCode::BAD_REQUEST,
+            "Sundial answers only CREATE DATABASE and SHOW DATABASES here; query with SQL on the Postgres port",
+            None,
+        ),
+    }
+}
