@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use sundial::lineproto::Precision;
 use sundial::lineproto::parser::{FieldValue, Parser};
 
 const LINES: usize = 100_000;
@@ -125,6 +126,20 @@ fn bench_parse(c: &mut Criterion) {
     lines.throughput(Throughput::Elements(LINES as u64));
     lines.bench_function("tsbs_cpu_100k", |b| b.iter(|| parse_all(black_box(&body))));
     lines.finish();
+
+    // Parse plus building the Arrow batch (schema on write, 10 tag and 10 field columns).
+    let none = |_: &str| None;
+    let mut convert = c.benchmark_group("lineproto_to_arrow");
+    convert.throughput(Throughput::Elements(LINES as u64));
+    convert.bench_function("tsbs_cpu_100k", |b| {
+        b.iter(|| {
+            let c = sundial::lineproto::convert(black_box(&body), Precision::Nanos, &none)
+                .expect("converts");
+            assert_eq!(c.rows, LINES);
+            c
+        })
+    });
+    convert.finish();
 }
 
 criterion_group!(benches, bench_parse);

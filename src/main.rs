@@ -8,6 +8,12 @@ use clap::{Parser, Subcommand};
 use sundial::config::Settings;
 use sundial::{Config, Engine};
 
+/// mimalloc returns freed memory to the OS far better than glibc malloc under the
+/// ingest pattern (many large, short-lived Arrow buffers on several threads): with
+/// glibc the server's RSS kept growing to over 2 GiB during a 10M-row load.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(name = "sundial", version, about = "Sundial time-series SQL database")]
 struct Cli {

@@ -19,6 +19,33 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use parser::{EscStr, FieldValue, Parser};
 
+/// Most columns a line-protocol table may grow to (InfluxDB 3 allows 500).
+pub const MAX_COLUMNS: usize = 1024;
+
+/// Bad lines reported in full per request; the rest are only counted.
+pub const MAX_REPORTED_ERRORS: usize = 100;
+/// Measurements one request may write (each is a table).
+pub const MAX_MEASUREMENTS: usize = 10_000;
+/// Time range accepted (microseconds either side of the epoch, about 146,000 years):
+/// chunk arithmetic never overflows inside it.
+const TIME_LIMIT: i64 = 1 << 62;
+
+/// The bad lines of a body: the first ones in full, all of them counted.
+#[derive(Default)]
+struct Errors {
+    kept: Vec<LineError>,
+    total: usize,
+}
+
+impl Errors {
+    fn add(&mut self, f: impl FnOnce() -> LineError) {
+        self.total += 1;
+        if self.kept.len() < MAX_REPORTED_ERRORS {
+            self.kept.push(f());
+        }
+    }
+}
+
 /// Timestamp unit of a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precision {
@@ -291,7 +318,24 @@ struct MeasurementBuilder {
 #[derive(Clone, Copy)]
 enum Slot {
     Col(usize),
-    New(Kind),
+    /// A column this body has not used yet; `fresh` when the table lacks it too.
+    New {
+        kind: Kind,
+        fresh: bool,
+    },
+}
+
+/// The builder for an existing column: values are built in the column's own type,
+/// so a SQL table's `float8` column can take integers without losing any.
+fn builder_kind(table: &TableDef, def: &ColumnDef, given: Kind) -> Kind {
+    match &def.sql_type {
+        SqlType::Float4 | SqlType::Float8 => Kind::Float,
+        SqlType::Numeric(_, _) if table.line_protocol => Kind::UInt,
+        SqlType::Numeric(_, _) => Kind::Float,
+        SqlType::Int2 | SqlType::Int4 | SqlType::Int8 => Kind::Int,
+        SqlType::Bool => Kind::Bool,
+        _ => given,
+    }
 }
 
 impl MeasurementBuilder {
@@ -339,26 +383,32 @@ impl MeasurementBuilder {
         }
         if let Some(c) = self.find(pos_cache, j, key) {
             let col = &self.cols[c];
-            if col.kind == kind {
+            let ok = match (&self.table, col.new) {
+                // A column the table already has takes what its type accepts.
+                (Some(t), false) => t.column(key).is_some_and(|def| accepts(t, def, kind)),
+                _ => col.kind == kind,
+            };
+            if ok {
                 return Ok(Slot::Col(c));
             }
-            // A column the table already has may take more than one kind (SQL tables).
-            if !col.new
-                && let Some(t) = &self.table
-                && let Some(def) = t.column(key)
-                && accepts(t, def, kind)
-            {
-                return Ok(Slot::Col(c));
-            }
-            return Err(conflict(key, &self.name, kind, col.kind.name()));
+            let existing = match (&self.table, col.new) {
+                (Some(t), false) => t.column(key).map_or(col.kind.name(), |def| {
+                    existing_kind_name(&def.sql_type, t.series_key.contains(&def.name))
+                }),
+                _ => col.kind.name(),
+            };
+            return Err(conflict(key, &self.name, kind, existing));
         }
         if let Some(t) = &self.table
             && let Some(def) = t.column(key)
         {
-            if accepts(t, def, kind) {
-                return Ok(Slot::New(kind));
-            }
             let is_tag = t.series_key.contains(&def.name);
+            if accepts(t, def, kind) {
+                return Ok(Slot::New {
+                    kind: builder_kind(t, def, kind),
+                    fresh: false,
+                });
+            }
             return Err(conflict(
                 key,
                 &self.name,
@@ -366,14 +416,14 @@ impl MeasurementBuilder {
                 existing_kind_name(&def.sql_type, is_tag),
             ));
         }
-        Ok(Slot::New(kind))
+        Ok(Slot::New { kind, fresh: true })
     }
 
     fn column(&mut self, slot: Slot, key: &str) -> usize {
         match slot {
             Slot::Col(c) => c,
-            Slot::New(kind) => {
-                let new = self.table.as_ref().is_none_or(|t| t.column(key).is_none());
+            Slot::New { kind, fresh } => {
+                let new = fresh;
                 self.cols.push(Col {
                     name: key.to_string(),
                     kind,
@@ -416,6 +466,7 @@ impl MeasurementBuilder {
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
         Ok(MeasurementBatch {
             name: self.name,
+            table: self.table,
             new_columns,
             batch,
             lines: self.lines,
@@ -433,6 +484,8 @@ fn conflict(key: &str, measurement: &str, given: Kind, existing: &str) -> String
 /// The rows of one measurement from one body.
 pub struct MeasurementBatch {
     pub name: String,
+    /// The table as the conversion saw it; `None` when it does not exist yet.
+    pub table: Option<Arc<TableDef>>,
     /// Columns the table does not have yet, in first-seen order.
     pub new_columns: Vec<(String, Kind)>,
     /// `time` (timestamptz, named as the table's time column) then the columns.
@@ -444,7 +497,10 @@ pub struct MeasurementBatch {
 /// A body turned into batches, plus the lines that were rejected.
 pub struct Converted {
     pub measurements: Vec<MeasurementBatch>,
+    /// The first [`MAX_REPORTED_ERRORS`] bad lines.
     pub errors: Vec<LineError>,
+    /// All bad lines.
+    pub error_count: usize,
     pub rows: usize,
 }
 
@@ -470,7 +526,7 @@ pub fn convert(
     let mut parser = Parser::new(body);
     let mut builders: Vec<MeasurementBuilder> = Vec::new();
     let mut by_name: HashMap<String, usize> = HashMap::new();
-    let mut errors = Vec::new();
+    let mut errors = Errors::default();
     let mut rows = 0usize;
     let mut slots: Vec<Slot> = Vec::new();
     let mut scratch = String::new();
@@ -480,7 +536,7 @@ pub fn convert(
         let line = match item {
             Ok(l) => l,
             Err(e) => {
-                errors.push(LineError {
+                errors.add(|| LineError {
                     line: e.line,
                     text: e.text.clone(),
                     message: e.to_string(),
@@ -496,9 +552,9 @@ pub fn convert(
         let time = match line.timestamp {
             None => now,
             Some(ts) => match precision.to_micros(ts) {
-                Some(t) => t,
-                None => {
-                    errors.push(reject(format!("invalid timestamp {ts}: out of range")));
+                Some(t) if (-TIME_LIMIT..=TIME_LIMIT).contains(&t) => t,
+                _ => {
+                    errors.add(|| reject(format!("invalid timestamp {ts}: out of range")));
                     continue;
                 }
             },
@@ -511,6 +567,14 @@ pub fn convert(
                 let name = line.measurement.as_str();
                 match by_name.get(name.as_ref()) {
                     Some(b) => *b,
+                    None if builders.len() >= MAX_MEASUREMENTS => {
+                        errors.add(|| {
+                            reject(format!(
+                                "more than {MAX_MEASUREMENTS} measurements in one request"
+                            ))
+                        });
+                        continue;
+                    }
                     None => {
                         builders.push(MeasurementBuilder::new(name.to_string(), tables(&name)));
                         by_name.insert(name.to_string(), builders.len() - 1);
@@ -523,7 +587,8 @@ pub fn convert(
         last_raw = raw;
         let mb = &mut builders[b_idx];
         if mb.table.as_ref().is_some_and(|t| t.time_column.is_none()) {
-            errors.push(reject(format!("table \"{}\" has no time column", mb.name)));
+            let name = mb.name.clone();
+            errors.add(|| reject(format!("table \"{name}\" has no time column")));
             continue;
         }
 
@@ -555,13 +620,27 @@ pub fn convert(
                 }
             }
         }
+        if bad.is_none() {
+            let adding = slots
+                .iter()
+                .filter(|s| matches!(s, Slot::New { fresh: true, .. }))
+                .count();
+            let have = mb.cols.iter().filter(|c| c.new).count()
+                + mb.table.as_ref().map_or(1, |t| t.columns.len());
+            if adding > 0 && have + adding > MAX_COLUMNS {
+                bad = Some(format!(
+                    "table \"{}\" would have more than {MAX_COLUMNS} columns",
+                    mb.name
+                ));
+            }
+        }
         if let Some(reason) = bad {
             let message = if reason.starts_with("field type conflict") {
                 reason
             } else {
                 format!("unable to parse '{}': {reason}", cut(line.text))
             };
-            errors.push(LineError {
+            errors.add(|| LineError {
                 line: line.number,
                 text: cut(line.text),
                 message,
@@ -596,11 +675,7 @@ pub fn convert(
                 (ColData::U64(b), FieldValue::UInt(x)) => b.append_value(*x),
                 (ColData::Bool(b), FieldValue::Bool(x)) => b.append_value(*x),
                 (ColData::Text(b), FieldValue::Str(s)) => append_str(b, s, &mut scratch),
-                // A SQL table's column taking another kind: the write casts it.
-                (ColData::I64(b), FieldValue::UInt(x)) => match i64::try_from(*x) {
-                    Ok(x) => b.append_value(x),
-                    Err(_) => b.append_null(),
-                },
+                // Cannot happen: `accepts` and `builder_kind` pair kinds with builders.
                 (d, _) => d.pad(row + 1),
             }
         }
@@ -615,7 +690,8 @@ pub fn convert(
         .collect::<Result<Vec<_>>>()?;
     Ok(Converted {
         measurements,
-        errors,
+        errors: errors.kept,
+        error_count: errors.total,
         rows,
     })
 }
@@ -673,27 +749,28 @@ pub async fn write(
     let lookup = |name: &str| dbdef.tables.get(name).cloned();
     let conv = convert(body, opts.precision, &lookup)?;
     let mut out = WriteOutcome {
-        dropped: conv.errors.len(),
+        dropped: conv.error_count,
         errors: conv.errors,
         ..Default::default()
     };
-    if !out.errors.is_empty() && !opts.accept_partial {
+    if out.dropped > 0 && !opts.accept_partial {
         out.dropped += conv.rows;
         stats
             .lp_lines_rejected
             .fetch_add(out.dropped as u64, Ordering::Relaxed);
         return Ok(out);
     }
-    for m in conv.measurements {
-        let table = match ensure_table(engine, db, &m) {
+    let tables = ensure_tables(engine, db, &conv.measurements)?;
+    for (m, table) in conv.measurements.into_iter().zip(tables) {
+        let table = match table {
             Ok(t) => t,
             Err(reason) => {
                 out.dropped += m.lines.len();
-                for l in m.lines.iter().take(1) {
+                if let Some(l) = m.lines.first() {
                     out.errors.push(LineError {
                         line: *l,
                         text: String::new(),
-                        message: reason.clone(),
+                        message: format!("{reason} ({} lines of \"{}\")", m.lines.len(), m.name),
                     });
                 }
                 continue;
@@ -729,75 +806,104 @@ fn create_database(engine: &Engine, db: &str) -> Result<()> {
     })
 }
 
-/// The table for `m`, created or widened as needed. `Err` is a reason to reject
-/// every row of `m` (a concurrent writer gave a column another type).
-fn ensure_table(
+/// The tables for `ms`, created or widened as needed in one catalog update (none
+/// when every table already has every column). An `Err` rejects every row of that
+/// measurement: a concurrent writer gave one of its columns another type, or the
+/// table would grow past [`MAX_COLUMNS`].
+fn ensure_tables(
     engine: &Engine,
     db: &str,
-    m: &MeasurementBatch,
-) -> std::result::Result<Arc<TableDef>, String> {
+    ms: &[MeasurementBatch],
+) -> Result<Vec<std::result::Result<Arc<TableDef>, String>>> {
+    fn ready(m: &MeasurementBatch) -> Option<&Arc<TableDef>> {
+        m.table.as_ref().filter(|_| m.new_columns.is_empty())
+    }
+    if ms.iter().all(|m| ready(m).is_some()) {
+        return Ok(ms
+            .iter()
+            .filter_map(|m| ready(m).cloned().map(Ok))
+            .collect());
+    }
     let interval = engine.config.chunk_interval_micros;
-    let res = engine.catalog.update(|man| {
-        let id_if_new = man.next_id;
-        let d = man.database_mut(db)?;
-        let mut allocated = false;
-        let t = d.tables.entry(m.name.clone()).or_insert_with(|| {
-            allocated = true;
-            Arc::new(TableDef {
-                id: id_if_new,
-                name: m.name.clone(),
-                columns: vec![ColumnDef {
-                    name: "time".into(),
-                    sql_type: SqlType::Timestamptz,
-                    nullable: false,
-                    default: None,
-                }],
-                time_column: Some("time".into()),
-                chunk_interval_micros: Some(interval),
-                files: vec![],
-                series_key: vec![],
-                line_protocol: true,
-            })
-        });
-        let mut conflict_msg = None;
-        for (name, kind) in &m.new_columns {
-            match t.column(name) {
-                Some(def) => {
-                    if !accepts(t, def, *kind) {
+    engine.catalog.update(|man| {
+        let mut out = Vec::with_capacity(ms.len());
+        for m in ms {
+            if let Some(t) = ready(m) {
+                out.push(Ok(t.clone()));
+                continue;
+            }
+            let id_if_new = man.next_id;
+            let d = man.database_mut(db)?;
+            let mut allocated = false;
+            let t = d.tables.entry(m.name.clone()).or_insert_with(|| {
+                allocated = true;
+                Arc::new(TableDef {
+                    id: id_if_new,
+                    name: m.name.clone(),
+                    columns: vec![ColumnDef {
+                        name: "time".into(),
+                        sql_type: SqlType::Timestamptz,
+                        nullable: false,
+                        default: None,
+                    }],
+                    time_column: Some("time".into()),
+                    chunk_interval_micros: Some(interval),
+                    files: vec![],
+                    series_key: vec![],
+                    line_protocol: true,
+                })
+            });
+            // Check everything first so a rejected measurement changes nothing.
+            let mut problem = None;
+            let mut adding = 0;
+            for (name, kind) in &m.new_columns {
+                match t.column(name) {
+                    Some(def) if !accepts(t, def, *kind) => {
                         let is_tag = t.series_key.contains(name);
-                        conflict_msg = Some(conflict(
+                        problem = Some(conflict(
                             name,
                             &m.name,
                             *kind,
                             existing_kind_name(&def.sql_type, is_tag),
                         ));
                     }
+                    Some(_) => {}
+                    None => adding += 1,
                 }
-                None => {
-                    let tm = Arc::make_mut(t);
-                    tm.columns.push(ColumnDef {
-                        name: name.clone(),
-                        sql_type: kind.sql_type(),
-                        nullable: true,
-                        default: None,
-                    });
-                    if *kind == Kind::Tag {
-                        tm.series_key.push(name.clone());
+            }
+            if problem.is_none() && t.columns.len() + adding > MAX_COLUMNS {
+                problem = Some(format!(
+                    "table \"{}\" would have more than {MAX_COLUMNS} columns",
+                    m.name
+                ));
+            }
+            if problem.is_none() {
+                for (name, kind) in &m.new_columns {
+                    if t.column(name).is_none() {
+                        let tm = Arc::make_mut(t);
+                        tm.columns.push(ColumnDef {
+                            name: name.clone(),
+                            sql_type: kind.sql_type(),
+                            nullable: true,
+                            default: None,
+                        });
+                        if *kind == Kind::Tag {
+                            tm.series_key.push(name.clone());
+                        }
                     }
                 }
             }
+            let t = t.clone();
+            if allocated {
+                man.next_id += 1;
+            }
+            out.push(match problem {
+                None => Ok(t),
+                Some(p) => Err(p),
+            });
         }
-        let t = t.clone();
-        if allocated {
-            man.next_id += 1;
-        }
-        Ok((t, conflict_msg))
-    });
-    match res {
-        Ok((t, None)) => Ok(t),
-        Ok((_, Some(msg))) => Err(msg),
-        Err(e) => Err(e.to_string()),
-    }
+        Ok(out)
+    })
 }
 
 #[cfg(test)]
@@ -877,6 +983,20 @@ mod tests {
         assert!(Precision::parse_v1(Some("x")).is_err());
         assert!(Precision::parse_v2(Some("h")).is_err());
         assert_eq!(Precision::parse_v3(None), Ok(Precision::Auto));
+    }
+
+    #[test]
+    fn too_many_columns_rejects_the_line() {
+        let mut body = String::from("m ");
+        for i in 0..2000 {
+            body.push_str(&format!("f{i}=1,"));
+        }
+        body.pop();
+        body.push_str(" 1\nm f0=2 2\n");
+        let c = convert(body.as_bytes(), Precision::Nanos, &none).unwrap();
+        assert_eq!(c.errors.len(), 1);
+        assert!(c.errors[0].message.contains("more than 1024 columns"));
+        assert_eq!(c.rows, 1);
     }
 
     #[test]

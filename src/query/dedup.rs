@@ -88,8 +88,10 @@ impl ExecutionPlan for DedupExec {
         &self.props
     }
 
+    /// The sources stay hidden from the optimizer: their partition and batch order
+    /// is the arrival order the merge depends on, which repartitioning would change.
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        self.children.iter().collect()
+        vec![]
     }
 
     fn apply_expressions(
@@ -101,23 +103,11 @@ impl ExecutionPlan for DedupExec {
         Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
     }
 
-    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        vec![false; self.children.len()]
-    }
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![false; self.children.len()]
-    }
-
     fn with_new_children(
         self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(DedupExec::new(
-            self.schema.clone(),
-            self.keys.clone(),
-            children,
-        )))
+        Ok(self)
     }
 
     fn execute(

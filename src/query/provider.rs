@@ -245,6 +245,9 @@ fn file_time_range(table: &TableDef, f: &FileMeta) -> (i64, i64) {
     }
 }
 
+/// Most separate dirty ranges a scan filters by.
+const MAX_DIRTY_RANGES: usize = 64;
+
 /// Time ranges where two sources (files, memtable batches) overlap, or where one
 /// memtable batch may repeat a point: only rows there can be duplicates. Files hold
 /// no duplicates of their own (flush merges them). Sorted and disjoint.
@@ -270,6 +273,13 @@ fn dirty_ranges(table: &TableDef, files: &[&FileMeta], mem: &[&MemBatch]) -> Vec
         reach = Some(reach.map_or(hi, |r| r.max(hi)));
     }
     dirty.sort_unstable();
+    // Many separate ranges would make a deep OR predicate: cover them with one range
+    // instead (a wider range only merges more rows than needed).
+    if dirty.len() > MAX_DIRTY_RANGES {
+        let lo = dirty.iter().map(|r| r.0).min().unwrap_or(i64::MIN);
+        let hi = dirty.iter().map(|r| r.1).max().unwrap_or(i64::MAX);
+        return vec![(lo, hi)];
+    }
     let mut merged: Vec<(i64, i64)> = vec![];
     for (lo, hi) in dirty {
         match merged.last_mut() {

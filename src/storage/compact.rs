@@ -87,14 +87,20 @@ async fn compact_chunk(engine: &Engine, db: &str, table: &TableDef, start: i64) 
     }
     let scan = DataSourceExec::from_data_source(builder.build());
     let plan: Arc<dyn ExecutionPlan> = match ordering {
-        Some(o) => Arc::new(SortPreservingMergeExec::new(o, scan)),
+        Some(o) => {
+            Arc::new(SortPreservingMergeExec::new(o, scan).with_round_robin_repartition(false))
+        }
         None => scan,
     };
     let ctx = Arc::new(TaskContext::default().with_runtime(engine.runtime.clone()));
     let mut stream = plan.execute(0, ctx)?;
 
     let mut buf = Vec::new();
-    let mut writer = ArrowWriter::try_new(&mut buf, schema.clone(), Some(writer_props(table)))?;
+    let mut writer = ArrowWriter::try_new(
+        &mut buf,
+        schema.clone(),
+        Some(writer_props(table, super::COMPACT_ZSTD_LEVEL)),
+    )?;
     let mut stats = StatsAccumulator::new(schema.clone())?;
     let mut rows = 0u64;
     let dedups = table.dedups();

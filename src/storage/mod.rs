@@ -16,7 +16,7 @@ use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-use crate::catalog::{ColumnStats, FileMeta, TableDef};
+use crate::catalog::{ColumnStats, FileMeta, SqlType, TableDef};
 use crate::error::{Error, Result};
 
 pub mod compact;
@@ -49,10 +49,17 @@ pub fn sort_by_time(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch
     Ok(take_record_batch(batch, &idx)?)
 }
 
+/// ZSTD level of files written by a flush (fast: it is on the ingest path).
+pub const FLUSH_ZSTD_LEVEL: i32 = 3;
+/// ZSTD level of compacted files (background work, written once, read often).
+pub const COMPACT_ZSTD_LEVEL: i32 = 9;
+
 /// Parquet writer settings for a table's chunk files.
-pub fn writer_props(table: &TableDef) -> WriterProperties {
+pub fn writer_props(table: &TableDef, zstd_level: i32) -> WriterProperties {
     let mut b = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(zstd_level).unwrap_or_default(),
+        ))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_dictionary_enabled(true)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
@@ -62,6 +69,22 @@ pub fn writer_props(table: &TableDef) -> WriterProperties {
         b = b
             .set_column_dictionary_enabled(col.clone(), false)
             .set_column_encoding(col, Encoding::DELTA_BINARY_PACKED);
+    }
+    // Line-protocol files are sorted by series then time: each series' values are a
+    // run, so integers delta-encode to a few bits and floats compress best split
+    // into byte streams. Tags keep dictionary encoding (long runs of one value).
+    if table.dedups() {
+        for c in &table.columns {
+            let col = ColumnPath::from(c.name.as_str());
+            let enc = match c.sql_type {
+                SqlType::Int2 | SqlType::Int4 | SqlType::Int8 => Encoding::DELTA_BINARY_PACKED,
+                SqlType::Float4 | SqlType::Float8 => Encoding::BYTE_STREAM_SPLIT,
+                _ => continue,
+            };
+            b = b
+                .set_column_dictionary_enabled(col.clone(), false)
+                .set_column_encoding(col, enc);
+        }
     }
     b.build()
 }
@@ -83,7 +106,11 @@ pub async fn write_chunk_file(
     };
     let mut buf = Vec::with_capacity(sorted.get_array_memory_size() / 4 + 1024);
     {
-        let mut w = ArrowWriter::try_new(&mut buf, sorted.schema(), Some(writer_props(table)))?;
+        let mut w = ArrowWriter::try_new(
+            &mut buf,
+            sorted.schema(),
+            Some(writer_props(table, FLUSH_ZSTD_LEVEL)),
+        )?;
         w.write(&sorted)?;
         w.close()?;
     }

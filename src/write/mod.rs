@@ -149,7 +149,7 @@ impl WriteService {
             .map(|(start, b)| Ok((start, MemBatch::new(table, b)?)))
             .collect::<Result<Vec<_>>>()?;
         let payload = encode_payload(table.id, &batch)?;
-        while self.mem.read().bytes > self.flush_size.saturating_mul(3) {
+        while self.mem.read().bytes > self.flush_size.saturating_mul(2) {
             self.notify.notify_one();
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -9,7 +9,7 @@ use std::io::Read;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -38,7 +38,6 @@ enum Api {
 
 /// Serves the HTTP port until shutdown.
 pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
-    let limit = usize::try_from(engine.config.http_max_body_size).unwrap_or(usize::MAX);
     let shutdown = engine.shutdown.clone();
     let app = Router::new()
         .route("/write", post(write_v1))
@@ -49,7 +48,7 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/query", get(query).post(query))
-        .layer(DefaultBodyLimit::max(limit))
+        .layer(DefaultBodyLimit::max(64 * 1024))
         .with_state(engine);
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
@@ -103,7 +102,8 @@ fn no_content() -> Response {
 }
 
 /// Checks the token when one is configured: `Authorization: Token|Bearer <t>`
-/// (also `Token user:<t>`), or `p=<t>` as 1.x clients send it.
+/// (also `Token user:<t>`), `Basic` with the token as password, or `p=<t>` as 1.x
+/// clients send it.
 fn authorized(engine: &Engine, headers: &HeaderMap, q: &HashMap<String, String>) -> bool {
     let Some(token) = &engine.config.http_auth_token else {
         return true;
@@ -117,6 +117,14 @@ fn authorized(engine: &Engine, headers: &HeaderMap, q: &HashMap<String, String>)
     else {
         return false;
     };
+    if let Some(b64) = auth.strip_prefix("Basic ") {
+        use base64::Engine as _;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .ok()
+            .and_then(|d| String::from_utf8(d).ok());
+        return decoded.is_some_and(|d| d.split_once(':').is_some_and(|(_, p)| p == token));
+    }
     let given = auth
         .strip_prefix("Token ")
         .or_else(|| auth.strip_prefix("Bearer "))
@@ -175,7 +183,7 @@ async fn write_v1(
     State(e): State<Arc<Engine>>,
     Query(q): Params,
     h: HeaderMap,
-    b: Bytes,
+    b: Body,
 ) -> Response {
     let precision = Precision::parse_v1(q.get("precision").map(String::as_str));
     handle_write(e, Api::V1, q.get("db").cloned(), precision, true, h, &q, b).await
@@ -185,7 +193,7 @@ async fn write_v2(
     State(e): State<Arc<Engine>>,
     Query(q): Params,
     h: HeaderMap,
-    b: Bytes,
+    b: Body,
 ) -> Response {
     let precision = Precision::parse_v2(q.get("precision").map(String::as_str));
     // 1.x-compatible `bucket=db/rp` names the database before the slash.
@@ -199,7 +207,7 @@ async fn write_v3(
     State(e): State<Arc<Engine>>,
     Query(q): Params,
     h: HeaderMap,
-    b: Bytes,
+    b: Body,
 ) -> Response {
     let precision = Precision::parse_v3(q.get("precision").map(String::as_str));
     let accept_partial = !matches!(
@@ -228,7 +236,7 @@ async fn handle_write(
     accept_partial: bool,
     headers: HeaderMap,
     q: &HashMap<String, String>,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     engine
         .metrics
@@ -263,6 +271,11 @@ async fn handle_write(
     let precision = match precision {
         Ok(p) => p,
         Err(m) => return error_response(StatusCode::BAD_REQUEST, &m, None),
+    };
+    let limit = usize::try_from(engine.config.http_max_body_size).unwrap_or(usize::MAX);
+    let body = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => return too_large(engine.config.http_max_body_size),
     };
     let body = match decode_body(&engine, &headers, body) {
         Ok(b) => b,
@@ -354,7 +367,15 @@ async fn metrics(State(e): State<Arc<Engine>>) -> Response {
 }
 
 /// `/query`: the InfluxQL agents send at start (`CREATE DATABASE`, `SHOW DATABASES`).
-async fn query(State(e): State<Arc<Engine>>, Query(q): Params, body: Bytes) -> Response {
+async fn query(
+    State(e): State<Arc<Engine>>,
+    Query(q): Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !authorized(&e, &headers, &q) {
+        return error_response(StatusCode::UNAUTHORIZED, "authorization failed", None);
+    }
     let text = match q.get("q") {
         Some(t) => t.clone(),
         None => url::form_urlencoded::parse(&body)

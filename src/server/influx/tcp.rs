@@ -12,6 +12,8 @@ use crate::lineproto::{self, Precision, WriteOptions};
 
 /// Bytes gathered before a batch is written even if more are coming.
 const BATCH_BYTES: usize = 1024 * 1024;
+/// A connection silent this long is closed (its complete lines are kept).
+const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Accepts connections until shutdown.
 pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
@@ -40,18 +42,34 @@ async fn connection(engine: &Engine, mut sock: TcpStream) -> crate::Result<()> {
     let limit = engine.config.http_max_body_size as usize;
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
+    // Inside a line longer than the limit: drop bytes up to the next newline.
+    let mut skipping = false;
     loop {
         let n = tokio::select! {
-            _ = engine.shutdown.cancelled() => 0,
-            r = sock.read(&mut chunk) => r.map_err(|e| crate::Error::io("reading line protocol", e))?,
+            // Shutdown: the unfinished last line is not written (it may be cut short).
+            _ = engine.shutdown.cancelled() => return Ok(()),
+            r = tokio::time::timeout(IDLE_TIMEOUT, sock.read(&mut chunk)) => match r {
+                Ok(r) => r.map_err(|e| crate::Error::io("reading line protocol", e))?,
+                Err(_) => 0, // idle: treat as end of stream
+            },
         };
         if n == 0 {
-            if !buf.is_empty() {
+            if !buf.is_empty() && !skipping {
                 write_batch(engine, &buf).await?;
             }
             return Ok(());
         }
-        buf.extend_from_slice(&chunk[..n]);
+        let mut data = &chunk[..n];
+        if skipping {
+            match data.iter().position(|b| *b == b'\n') {
+                Some(i) => {
+                    skipping = false;
+                    data = &data[i + 1..];
+                }
+                None => continue,
+            }
+        }
+        buf.extend_from_slice(data);
         // Write what is complete when enough has gathered or the sender paused.
         let paused = n < chunk.len();
         if (buf.len() >= BATCH_BYTES || paused)
@@ -71,6 +89,7 @@ async fn connection(engine: &Engine, mut sock: TcpStream) -> crate::Result<()> {
                 .lp_lines_rejected
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             buf.clear();
+            skipping = true;
         }
     }
 }
