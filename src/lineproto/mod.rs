@@ -730,7 +730,7 @@ pub struct WriteOutcome {
 pub async fn write(
     engine: &Engine,
     db: &str,
-    body: &[u8],
+    body: bytes::Bytes,
     opts: &WriteOptions,
 ) -> Result<WriteOutcome> {
     let stats = &engine.metrics;
@@ -744,10 +744,16 @@ pub async fn write(
         }
         create_database(engine, db)?;
     }
+    // Parsing a large body takes a while: keep it off the threads serving requests.
     let manifest = engine.catalog.snapshot();
-    let dbdef = manifest.database(db)?;
-    let lookup = |name: &str| dbdef.tables.get(name).cloned();
-    let conv = convert(body, opts.precision, &lookup)?;
+    let (db_owned, precision) = (db.to_string(), opts.precision);
+    let conv = tokio::task::spawn_blocking(move || {
+        let dbdef = manifest.database(&db_owned)?;
+        let lookup = |name: &str| dbdef.tables.get(name).cloned();
+        convert(&body, precision, &lookup)
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("line-protocol conversion task failed: {e}")))??;
     let mut out = WriteOutcome {
         dropped: conv.error_count,
         errors: conv.errors,

@@ -286,7 +286,7 @@ async fn handle_write(
         accept_partial,
         create_database: engine.config.lp_create_databases,
     };
-    match lineproto::write(&engine, &db, &body, &opts).await {
+    match lineproto::write(&engine, &db, body, &opts).await {
         Ok(out) if out.errors.is_empty() => no_content(),
         Ok(out) => partial_response(api, &out),
         Err(Error::UndefinedDatabase(d)) => error_response(

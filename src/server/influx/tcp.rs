@@ -101,7 +101,7 @@ async fn write_batch(engine: &Engine, body: &[u8]) -> crate::Result<()> {
         create_database: true,
     };
     let db = engine.config.tcp_database.clone();
-    let out = lineproto::write(engine, &db, body, &opts).await?;
+    let out = lineproto::write(engine, &db, bytes::Bytes::copy_from_slice(body), &opts).await?;
     for e in out.errors.iter().take(10) {
         tracing::warn!(line = e.line, "line-protocol TCP: {}", e.message);
     }

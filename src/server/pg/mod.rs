@@ -404,10 +404,18 @@ impl SimpleQueryHandler for Handler {
         let c = conn_of(client)?;
         let _active = Active::new(&self.active);
         fresh_cancel(&c);
+        let started = std::time::Instant::now();
+        let metrics = &c.session.engine.metrics;
         match sql::insert::try_scanned_insert(&c.session, query).await {
-            Ok(Some(n)) => return Ok(vec![Response::Execution(tag_of(&format!("INSERT 0 {n}")))]),
+            Ok(Some(n)) => {
+                metrics.sql_query(started.elapsed(), false);
+                return Ok(vec![Response::Execution(tag_of(&format!("INSERT 0 {n}")))]);
+            }
             Ok(None) => {}
-            Err(e) => return Ok(vec![Response::Error(Box::new(err_info(e)))]),
+            Err(e) => {
+                metrics.sql_query(started.elapsed(), true);
+                return Ok(vec![Response::Error(Box::new(err_info(e)))]);
+            }
         }
         let stmts = match sql::parse(query) {
             Ok(s) => s,
@@ -415,7 +423,9 @@ impl SimpleQueryHandler for Handler {
         };
         let mut out = vec![];
         for stmt in stmts {
+            let started = std::time::Instant::now();
             let res = c.session.run_statement(stmt).await;
+            metrics.sql_query(started.elapsed(), res.is_err());
             match res {
                 Ok(o) => out.push(to_response(&c, o, &Format::UnifiedText)?),
                 Err(e) => {
@@ -614,8 +624,13 @@ impl ExtendedQueryHandler for Handler {
             let values = arrow_pg::datatypes::df::deserialize_parameters(portal, &refs)?;
             Some(coerce_params(values, &types).map_err(to_pg)?)
         };
-        let out = c.session.execute(prepared, params).await.map_err(to_pg)?;
-        to_response(&c, out, &portal.result_column_format)
+        let started = std::time::Instant::now();
+        let out = c.session.execute(prepared, params).await;
+        c.session
+            .engine
+            .metrics
+            .sql_query(started.elapsed(), out.is_err());
+        to_response(&c, out.map_err(to_pg)?, &portal.result_column_format)
     }
 }
 
