@@ -14,6 +14,10 @@ use sundial::config::{Config, FsyncPolicy};
 use sundial::sql::Session;
 use sundial::{Engine, sql::Output};
 
+/// The allocator the server binary uses, so these figures match it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const DAY: i64 = 86_400_000_000;
 
 fn rt() -> tokio::runtime::Runtime {
