@@ -744,16 +744,12 @@ pub async fn write(
         }
         create_database(engine, db)?;
     }
-    // Parsing a large body takes a while: keep it off the threads serving requests.
+    // Converted on the request's own thread: handing it to the blocking pool cost
+    // a third of the ingest rate on two cores (BENCHMARKS.md).
     let manifest = engine.catalog.snapshot();
-    let (db_owned, precision) = (db.to_string(), opts.precision);
-    let conv = tokio::task::spawn_blocking(move || {
-        let dbdef = manifest.database(&db_owned)?;
-        let lookup = |name: &str| dbdef.tables.get(name).cloned();
-        convert(&body, precision, &lookup)
-    })
-    .await
-    .map_err(|e| Error::Internal(format!("line-protocol conversion task failed: {e}")))??;
+    let dbdef = manifest.database(db)?;
+    let lookup = |name: &str| dbdef.tables.get(name).cloned();
+    let conv = convert(&body, opts.precision, &lookup)?;
     let mut out = WriteOutcome {
         dropped: conv.error_count,
         errors: conv.errors,
