@@ -1,7 +1,6 @@
 //! Line-protocol parser throughput on 100,000 TSBS devops cpu-only lines,
 //! reported both in bytes and in lines per second.
 
-use std::fmt::Write as _;
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -11,82 +10,9 @@ use sundial::lineproto::parser::{FieldValue, Parser};
 const LINES: usize = 100_000;
 const HOSTS: u64 = 1_000;
 
-const REGIONS: [(&str, &[&str]); 3] = [
-    ("eu-west-1", &["eu-west-1a", "eu-west-1b", "eu-west-1c"]),
-    (
-        "us-east-1",
-        &["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1e"],
-    ),
-    ("ap-southeast-2", &["ap-southeast-2a", "ap-southeast-2b"]),
-];
-const OSES: [&str; 3] = ["Ubuntu16.04LTS", "Ubuntu15.10", "Ubuntu16.10"];
-const ARCHES: [&str; 2] = ["x64", "x86"];
-const TEAMS: [&str; 4] = ["NYC", "SF", "LON", "CHI"];
-const ENVS: [&str; 3] = ["production", "staging", "test"];
-const FIELDS: [&str; 10] = [
-    "usage_user",
-    "usage_system",
-    "usage_idle",
-    "usage_nice",
-    "usage_iowait",
-    "usage_irq",
-    "usage_softirq",
-    "usage_steal",
-    "usage_guest",
-    "usage_guest_nice",
-];
-
-/// A small deterministic generator (xorshift64*), so runs are comparable.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn pick<'s>(items: &[&'s str], i: u64) -> &'s str {
-    items[(i % items.len() as u64) as usize]
-}
-
-/// Builds the body: `HOSTS` hosts reporting every 10 s from 2016-01-01.
+/// `LINES` lines of TSBS cpu-only data from the load tool's generator.
 fn tsbs_cpu_body() -> Vec<u8> {
-    let mut rng = Rng(0x5EED_1234_ABCD_0001);
-    let mut body = String::with_capacity(LINES * 330);
-    for n in 0..LINES as u64 {
-        let host = n % HOSTS;
-        let tick = n / HOSTS;
-        let (region, zones) = REGIONS[(host % REGIONS.len() as u64) as usize];
-        let _ = write!(
-            body,
-            "cpu,hostname=host_{host},region={region},datacenter={},rack={},os={},arch={},team={},service={},service_version={},service_environment={} ",
-            pick(zones, host / 3),
-            host % 100,
-            pick(&OSES, host / 7),
-            pick(&ARCHES, host / 5),
-            pick(&TEAMS, host / 11),
-            host % 20,
-            host % 2,
-            pick(&ENVS, host / 13),
-        );
-        for (i, field) in FIELDS.iter().enumerate() {
-            let sep = if i == 0 { "" } else { "," };
-            let _ = write!(body, "{sep}{field}={}i", rng.below(101));
-        }
-        let _ = writeln!(
-            body,
-            " {}",
-            1_451_606_400_000_000_000i64 + tick as i64 * 10_000_000_000
-        );
-    }
-    body.into_bytes()
+    sundial::loadgen::tsbs_cpu_body(HOSTS, LINES, 123).expect("generates")
 }
 
 /// Parses every line and folds a little of each into a checksum so that

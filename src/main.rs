@@ -137,26 +137,17 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("sundial: error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("sundial: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_to_exit(run(config))
 }
 
 fn bench_load(args: sundial::loadgen::LoadArgs) -> ExitCode {
+    run_to_exit(sundial::loadgen::run(args))
+}
+
+/// Runs `fut` on a multi-threaded runtime; an error is one `sundial: error:` line.
+fn run_to_exit<T, E: std::fmt::Display>(
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -167,7 +158,7 @@ fn bench_load(args: sundial::loadgen::LoadArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(sundial::loadgen::run(args)) {
+    match rt.block_on(fut) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sundial: error: {e}");

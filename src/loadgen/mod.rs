@@ -170,6 +170,23 @@ impl LoadError {
     }
 }
 
+/// The first `lines` lines of TSBS devops cpu-only data for `scale` hosts from
+/// 2016-01-01, 10 s apart (what `sundial bench load` sends); for benchmarks.
+pub fn tsbs_cpu_body(scale: u64, lines: usize, seed: u64) -> Result<Vec<u8>, LoadError> {
+    const START_NS: i64 = 1_451_606_400_000_000_000;
+    const STEP_NS: i64 = 10_000_000_000;
+    let epochs = (lines as u64).div_ceil(scale.max(1)) as i64 + 1;
+    let timeline = Timeline::new(START_NS, START_NS + epochs * STEP_NS, STEP_NS);
+    let mut src = devops::CpuOnly::new(scale, timeline, seed)?;
+    let mut body = Vec::with_capacity(lines * 350);
+    for _ in 0..lines {
+        if src.next_line(&mut body)?.is_none() {
+            break;
+        }
+    }
+    Ok(body)
+}
+
 /// Timestamps of the generated data: `epochs` steps of `interval_ns` from `start_ns`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timeline {
