@@ -8,27 +8,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, NoTls};
 
-use crate::harness::TestServer;
+use crate::harness::{TestServer, text_rows};
 
 // ---------------------------------------------------------------------------
 // helpers
 // ---------------------------------------------------------------------------
-
-async fn text_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    let msgs = client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("simple_query {sql:?} failed: {e:?}"));
-    let mut out = Vec::new();
-    for m in msgs {
-        if let SimpleQueryMessage::Row(r) = m {
-            out.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
-        }
-    }
-    out
-}
 
 /// Single value of a single-row single-column query, parsed as an integer
 /// (works whether the server answers bigint or numeric).

@@ -259,3 +259,18 @@ impl TestServer {
         }
     }
 }
+
+/// Rows of a simple-protocol (text) result, all statements concatenated.
+pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    let msgs = client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("simple_query {sql:?} failed: {e:?}"));
+    let mut out = Vec::new();
+    for m in msgs {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+            out.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
+        }
+    }
+    out
+}

@@ -17,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Row, SimpleQueryMessage};
 
-use crate::harness::{Addrs, TestServer};
+use crate::harness::{Addrs, TestServer, text_rows};
 
 // ---------------------------------------------------------------------------
 // HTTP helpers
@@ -188,20 +188,6 @@ async fn query(client: &Client, sql: &str) -> Vec<Row> {
         .query(sql, &[])
         .await
         .unwrap_or_else(|e| panic!("{sql:?} failed: {e:?}"))
-}
-
-async fn text_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    let msgs = client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("simple_query {sql:?} failed: {e:?}"));
-    let mut out = Vec::new();
-    for m in msgs {
-        if let SimpleQueryMessage::Row(r) = m {
-            out.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
-        }
-    }
-    out
 }
 
 /// `count(*)` of `table`, or 0 when the table does not exist (42P01).

@@ -8,26 +8,11 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-use crate::harness::TestServer;
+use crate::harness::{TestServer, text_rows};
 
 // ---------------------------------------------------------------------------
 // helpers
 // ---------------------------------------------------------------------------
-
-/// Rows of a simple-protocol (text) result, all statements concatenated.
-async fn text_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    let msgs = client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("simple_query {sql:?} failed: {e:?}"));
-    let mut out = Vec::new();
-    for m in msgs {
-        if let SimpleQueryMessage::Row(r) = m {
-            out.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
-        }
-    }
-    out
-}
 
 /// The single text value of a single-row, single-column simple query.
 async fn text_one(client: &Client, sql: &str) -> Option<String> {
