@@ -229,6 +229,8 @@ pub fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
 fn common_message_sqlstate(l: &str) -> Option<&'static str> {
     if l.contains("non-nullable") || l.contains("violates not-null") {
         Some("23502")
+    } else if l.contains("percentile value must be between") {
+        Some("22003")
     } else if l.contains("inconsistent data length across values list")
         || l.contains("column count doesn't match")
         || l.contains("more expressions than target columns")

@@ -412,6 +412,18 @@ fn build_batch(
         if !vals.iter().flatten().all(|v| plain_for(dt, v)) {
             return None;
         }
+        let vals = if matches!(dt, DataType::Timestamp(..)) {
+            vals.into_iter()
+                .map(|v| {
+                    v.map(|mut v| {
+                        super::interval::complete_seconds(&mut v);
+                        v
+                    })
+                })
+                .collect()
+        } else {
+            vals
+        };
         let strings: ArrayRef = Arc::new(StringArray::from(vals));
         cols[i] = if dt == &DataType::Utf8 {
             strings

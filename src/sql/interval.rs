@@ -99,9 +99,48 @@ pub fn parse_interval_micros(s: &str) -> Result<i64, String> {
     parse_interval(s).map(|i| i.approx_micros())
 }
 
+/// PostgreSQL accepts timestamps without seconds (`2024-01-01 10:00+02`); Arrow
+/// wants them. Inserts `:00` seconds into such timestamp text in place.
+pub fn complete_seconds(s: &mut String) {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    if b.len() >= 16
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && matches!(b[10], b' ' | b'T')
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b.get(16) != Some(&b':')
+        && !b.get(16).is_some_and(u8::is_ascii_digit)
+    {
+        s.insert_str(16, ":00");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn widens_bare_hour_offsets_only() {
+        for (input, want) in [
+            ("2024-01-01 10:00+00", "2024-01-01 10:00:00+00"),
+            ("2024-01-01 10:00:00.5-05", "2024-01-01 10:00:00.5-05"),
+            ("2024-01-01T10:00+05:30", "2024-01-01T10:00:00+05:30"),
+            ("2024-01-01 10:00", "2024-01-01 10:00:00"),
+            ("2024-01-01", "2024-01-01"),
+            ("1 day", "1 day"),
+            ("2024-01-01 10:00:00", "2024-01-01 10:00:00"),
+        ] {
+            let mut s = input.to_string();
+            complete_seconds(&mut s);
+            assert_eq!(s, want);
+        }
+    }
 
     #[test]
     fn intervals() {

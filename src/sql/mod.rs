@@ -72,21 +72,23 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
     for s in &mut stmts {
         let mut n = Normalize::default();
         if s.visit(&mut n).is_break() {
-            return Err(Error::Parse(format!(
-                "syntax error at or near \"{}\"",
-                n.reserved.unwrap_or_default()
-            )));
+            return Err(n
+                .error
+                .unwrap_or_else(|| Error::Parse("syntax error".into())));
         }
     }
     Ok(stmts)
 }
 
-/// Gives `timestamp[tz]` casts PostgreSQL's microsecond precision and makes
-/// casts to text produce PostgreSQL's text (`pg_text`).
+/// Gives `timestamp[tz]` casts PostgreSQL's microsecond precision, makes casts to
+/// text produce PostgreSQL's text (`pg_text`), turns TimescaleDB's `first(v, t)` /
+/// `last(v, t)` into DataFusion's ordered `first_value`, and `time_bucket`'s named
+/// arguments into positional ones. Select items it rewrites keep PostgreSQL's name.
 #[derive(Default)]
 struct Normalize {
-    /// A reserved word used as a bare table name (PostgreSQL: syntax error).
-    reserved: Option<String>,
+    /// Why the statement is rejected (a reserved word used as a bare table name, a
+    /// bad call).
+    error: Option<Error>,
 }
 
 /// PostgreSQL keywords that cannot name a table without quotes.
@@ -146,13 +148,37 @@ impl VisitorMut for Normalize {
             && i.quote_style.is_none()
             && RESERVED.contains(&i.value.to_ascii_lowercase().as_str())
         {
-            self.reserved = Some(i.value.clone());
+            self.error = Some(Error::Parse(format!(
+                "syntax error at or near \"{}\"",
+                i.value
+            )));
             return ControlFlow::Break(());
         }
         ControlFlow::Continue(())
     }
 
+    fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
+        keep_rewritten_names(q);
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
+        if let ast::Expr::Function(f) = expr {
+            let name = function_name(f);
+            let res = match name.as_str() {
+                "first" | "last" => rewrite_first_last(f, name == "last").map(Some),
+                "time_bucket" => rewrite_time_bucket(f).map(|_| None),
+                _ => Ok(None),
+            };
+            match res {
+                Ok(Some(new)) => *expr = new,
+                Ok(None) => {}
+                Err(e) => {
+                    self.error = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
+        }
         match expr {
             ast::Expr::Cast {
                 data_type: ast::DataType::Text | ast::DataType::Varchar(None),
@@ -176,11 +202,234 @@ impl VisitorMut for Normalize {
                 });
             }
             ast::Expr::Cast { data_type, .. } => micro(data_type),
-            ast::Expr::TypedString(ts) => micro(&mut ts.data_type),
+
+            ast::Expr::TypedString(ts) => {
+                micro(&mut ts.data_type);
+                if matches!(
+                    ts.data_type,
+                    ast::DataType::Timestamp(..) | ast::DataType::TimestampNtz(_)
+                ) && let ast::Value::SingleQuotedString(text) = &mut ts.value.value
+                {
+                    interval::complete_seconds(text);
+                }
+            }
             _ => {}
         }
         ControlFlow::Continue(())
     }
+}
+
+/// Lower-case unqualified name of a function call (`public.`/`pg_catalog.` dropped).
+fn function_name(f: &ast::Function) -> String {
+    match f.name.0.as_slice() {
+        [one] | [_, one] => one
+            .as_ident()
+            .map(|i| i.value.to_ascii_lowercase())
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// Whether `e` contains something [`Normalize`] rewrites into a differently named call.
+fn is_rewritten(e: &ast::Expr) -> bool {
+    match e {
+        ast::Expr::Function(f) => {
+            let n = function_name(f);
+            (n == "first" || n == "last") && f.over.is_none()
+        }
+        ast::Expr::Cast {
+            data_type: ast::DataType::Text | ast::DataType::Varchar(None),
+            expr,
+            ..
+        } => !matches!(expr.as_ref(), ast::Expr::Value(_)),
+        ast::Expr::Nested(inner) => is_rewritten(inner),
+        _ => false,
+    }
+}
+
+/// Aliases unnamed select items that [`Normalize`] will rewrite, with the name
+/// PostgreSQL gives them, unless another item already has that name.
+fn keep_rewritten_names(q: &mut ast::Query) {
+    let ast::SetExpr::Select(sel) = q.body.as_mut() else {
+        return;
+    };
+    let names: Vec<String> = sel
+        .projection
+        .iter()
+        .map(|item| match item {
+            ast::SelectItem::UnnamedExpr(e) => names::expr_name(e),
+            ast::SelectItem::ExprWithAlias { alias, .. } => alias.value.to_ascii_lowercase(),
+            _ => String::new(),
+        })
+        .collect();
+    for (i, item) in sel.projection.iter_mut().enumerate() {
+        if let ast::SelectItem::UnnamedExpr(e) = item
+            && is_rewritten(e)
+        {
+            // A repeated name gets a unique alias that `names` reads back as the name.
+            let alias = if names.iter().filter(|n| **n == names[i]).count() == 1 {
+                names[i].clone()
+            } else {
+                format!("{}{}{i}", names[i], names::UNIQUE_MARK)
+            };
+            let e = std::mem::replace(e, ast::Expr::value(ast::Value::Null));
+            *item = ast::SelectItem::ExprWithAlias {
+                expr: e,
+                alias: ast::Ident::with_quote('"', alias),
+            };
+        }
+    }
+}
+
+fn unnamed(e: ast::Expr) -> ast::FunctionArg {
+    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))
+}
+
+/// `first(v, t)` → `first_value(v ORDER BY t ASC NULLS LAST) FILTER (WHERE t IS NOT NULL)`;
+/// `last` orders descending. Rows with a NULL time are ignored, as in TimescaleDB.
+fn rewrite_first_last(f: &ast::Function, last: bool) -> Result<ast::Expr> {
+    let name = if last { "last" } else { "first" };
+    let hint = || {
+        Error::sql(
+            "42883",
+            format!(
+                "function {name} with these arguments does not exist. Hint: {name}(value anyelement, time \"any\")"
+            ),
+        )
+    };
+    if f.over.is_some() {
+        return Err(Error::sql(
+            "0A000",
+            format!("{name}() cannot be used as a window function; use first_value/last_value"),
+        ));
+    }
+    let ast::FunctionArguments::List(list) = &f.args else {
+        return Err(hint());
+    };
+    let args: Vec<ast::Expr> = list
+        .args
+        .iter()
+        .map(|a| match a {
+            ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Ok(e.clone()),
+            _ => Err(hint()),
+        })
+        .collect::<Result<_>>()?;
+    let [value, time] = args.as_slice() else {
+        return Err(hint());
+    };
+    let order = ast::OrderByExpr {
+        expr: time.clone(),
+        options: ast::OrderByOptions {
+            asc: Some(!last),
+            nulls_first: Some(false),
+        },
+        with_fill: None,
+    };
+    let not_null = ast::Expr::IsNotNull(Box::new(time.clone()));
+    let filter = match &f.filter {
+        Some(prev) => ast::Expr::BinaryOp {
+            left: Box::new(ast::Expr::Nested(prev.clone())),
+            op: ast::BinaryOperator::And,
+            right: Box::new(not_null),
+        },
+        None => not_null,
+    };
+    Ok(ast::Expr::Function(ast::Function {
+        name: ast::ObjectName::from(vec![ast::Ident::new("first_value")]),
+        uses_odbc_syntax: false,
+        parameters: ast::FunctionArguments::None,
+        args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![unnamed(value.clone())],
+            clauses: vec![ast::FunctionArgumentClause::OrderBy(vec![order])],
+        }),
+        filter: Some(Box::new(filter)),
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    }))
+}
+
+/// `time_bucket(w, ts, timezone => .., origin => .., "offset" => ..)` → positional
+/// arguments (NULL for an absent origin or offset in the time-zone form).
+fn rewrite_time_bucket(f: &mut ast::Function) -> Result<()> {
+    let ast::FunctionArguments::List(list) = &mut f.args else {
+        return Ok(());
+    };
+    let mut positional = vec![];
+    let mut named: Vec<(String, ast::Expr)> = vec![];
+    for a in &list.args {
+        match a {
+            ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => positional.push(e.clone()),
+            ast::FunctionArg::Named {
+                name,
+                arg: ast::FunctionArgExpr::Expr(e),
+                ..
+            }
+            | ast::FunctionArg::ExprNamed {
+                name: ast::Expr::Identifier(name),
+                arg: ast::FunctionArgExpr::Expr(e),
+                ..
+            } => named.push((name.value.to_ascii_lowercase(), e.clone())),
+            _ => return Ok(()),
+        }
+    }
+    if named.is_empty() {
+        return Ok(());
+    }
+    let mut get = |k: &str| -> Option<ast::Expr> {
+        let i = named.iter().position(|(n, _)| n == k)?;
+        Some(named.remove(i).1)
+    };
+    let names = ["bucket_width", "ts", "timezone", "origin", "offset"];
+    let mut slots: Vec<Option<ast::Expr>> = positional.into_iter().map(Some).collect();
+    slots.resize(5.max(slots.len()), None);
+    for (i, n) in names.iter().enumerate() {
+        if let Some(e) = get(n) {
+            slots[i] = Some(e);
+        }
+    }
+    if let Some((n, _)) = named.first() {
+        return Err(Error::sql(
+            "42883",
+            format!("function time_bucket has no parameter named \"{n}\""),
+        ));
+    }
+    // A quoted origin would otherwise read as a time zone name.
+    if matches!(slots[3], Some(ast::Expr::Value(_)))
+        && let Some(o) = slots[3].take()
+    {
+        slots[3] = Some(ast::Expr::Cast {
+            kind: ast::CastKind::DoubleColon,
+            expr: Box::new(o),
+            data_type: ast::DataType::Timestamp(Some(6), ast::TimezoneInfo::Tz),
+            array: false,
+            format: None,
+        });
+    }
+    let tz = slots[2].is_some();
+    let args: Vec<Option<ast::Expr>> = if tz {
+        slots
+    } else {
+        // No time zone: origin or offset goes third; both together has no overload.
+        match (slots[3].take(), slots[4].take()) {
+            (Some(_), Some(_)) => {
+                return Err(Error::sql(
+                    "42883",
+                    "function time_bucket(interval, timestamptz, origin, offset) does not exist. Hint: origin and \"offset\" can only be combined with a timezone",
+                ));
+            }
+            (Some(x), None) | (None, Some(x)) => vec![slots[0].take(), slots[1].take(), Some(x)],
+            (None, None) => vec![slots[0].take(), slots[1].take()],
+        }
+    };
+    let last = args.iter().rposition(|a| a.is_some()).unwrap_or(0);
+    list.args = args
+        .into_iter()
+        .take(last + 1)
+        .map(|a| unnamed(a.unwrap_or_else(|| ast::Expr::value(ast::Value::Null))))
+        .collect();
+    Ok(())
 }
 
 fn micro(dt: &mut ast::DataType) {

@@ -6,6 +6,10 @@ use std::sync::Arc;
 use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::sql::sqlparser::ast::{Expr, Query, SelectItem, SetExpr};
 
+/// Separates a PostgreSQL column name from the suffix that keeps a rewritten
+/// select item's alias unique (see `sql::keep_rewritten_names`).
+pub const UNIQUE_MARK: &str = "#sundial";
+
 /// Names of the top-level result columns, or `None` when they cannot be known
 /// from the text alone (`*`).
 pub fn query_names(q: &Query) -> Option<Vec<String>> {
@@ -20,7 +24,10 @@ fn set_names(body: &SetExpr) -> Option<Vec<String>> {
             .map(|item| match item {
                 SelectItem::UnnamedExpr(e) => Some(expr_name(e)),
                 SelectItem::ExprWithAlias { alias, .. } => Some(if alias.quote_style.is_some() {
-                    alias.value.clone()
+                    match alias.value.split_once(UNIQUE_MARK) {
+                        Some((name, _)) => name.to_string(),
+                        None => alias.value.clone(),
+                    }
                 } else {
                     alias.value.to_ascii_lowercase()
                 }),

@@ -55,6 +55,14 @@ pub fn to_pg(e: Error) -> PgWireError {
 
 /// Rewrites DataFusion wording into PostgreSQL's where clients rely on it.
 fn pg_message(code: &str, m: &str) -> String {
+    // A function's own coercion error, wrapped by DataFusion's planner: keep ours.
+    if let Some((_, inner)) = m.split_once("coercion failed with: External error: ") {
+        return inner
+            .split(". No function matches")
+            .next()
+            .unwrap_or(inner)
+            .to_string();
+    }
     if code == "23502" {
         return "null value violates not-null constraint".into();
     }

@@ -1,7 +1,8 @@
-//! SQL functions Sundial adds to DataFusion: `time_bucket` and the PostgreSQL
+//! SQL functions Sundial adds to DataFusion: `time_bucket`, `histogram` and the PostgreSQL
 //! session functions clients call on connect (`version()`, `current_setting()`,
 //! `current_database()`, `current_schema()`, `pg_backend_pid()`).
 
+pub mod histogram;
 pub mod pgcast;
 pub mod pgtext;
 pub mod time_bucket;
@@ -156,6 +157,9 @@ impl ScalarUDFImpl for CurrentSetting {
 /// Registers Sundial's functions on a connection's context.
 pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
     ctx.register_udf(ScalarUDF::from(time_bucket::TimeBucket::default()));
+    ctx.register_udaf(datafusion::logical_expr::AggregateUDF::from(
+        histogram::Histogram::default(),
+    ));
     ctx.register_udf(ScalarUDF::from(pgtext::PgText::default()));
     ctx.add_analyzer_rule(Arc::new(pgcast::RoundingCasts::default()));
     ctx.register_udf(constant(

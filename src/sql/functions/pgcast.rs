@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use datafusion::common::ScalarValue;
+
 use arrow::array::{ArrayRef, AsArray, Decimal128Array, Float32Array, Float64Array};
 use arrow::datatypes::{DataType, Decimal128Type, Float32Type, Float64Type};
 use datafusion::common::config::ConfigOptions;
@@ -212,6 +214,16 @@ impl AnalyzerRule for RoundingCasts {
                     let Expr::Cast(Cast { expr, field }) = e else {
                         return Ok(Transformed::no(e));
                     };
+                    if matches!(field.data_type(), DataType::Timestamp(..))
+                        && let Expr::Literal(ScalarValue::Utf8(Some(text)), meta) = *expr
+                    {
+                        let mut text = text;
+                        crate::sql::interval::complete_seconds(&mut text);
+                        return Ok(Transformed::yes(Expr::Cast(Cast {
+                            expr: Box::new(Expr::Literal(ScalarValue::Utf8(Some(text)), meta)),
+                            field,
+                        })));
+                    }
                     let from = (*expr).get_type(&schema as &dyn ExprSchema).ok();
                     match from {
                         Some(from) if is_int(field.data_type()) && is_fractional(&from) => {

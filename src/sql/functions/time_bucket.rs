@@ -1,14 +1,16 @@
-//! `time_bucket(width, ts [, origin | offset])` with TimescaleDB's semantics:
-//! buckets aligned to Monday 2000-01-03 by default, month widths counted in
-//! calendar months from 2000-01-01, on timestamptz, timestamp and date.
+//! `time_bucket` with TimescaleDB's semantics and every overload: interval widths on
+//! timestamptz, timestamp and date (with origin, offset, or a time zone plus optional
+//! origin and offset), and integer widths on int2/int4/int8 with an optional offset.
+//! Buckets align to Monday 2000-01-03 by default; month widths count calendar months.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, TimestampMicrosecondArray};
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, TimestampMicrosecondArray};
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, IntervalMonthDayNanoType, TimeUnit, TimestampMicrosecondType};
-use chrono::{Datelike, NaiveDate, NaiveDateTime};
-use datafusion::common::plan_err;
+use arrow::datatypes::{
+    DataType, Int64Type, IntervalMonthDayNanoType, TimeUnit, TimestampMicrosecondType,
+};
+use chrono::{Datelike, NaiveDate, NaiveDateTime, Offset, TimeZone};
 use datafusion::error::Result;
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
@@ -20,6 +22,9 @@ pub const DEFAULT_ORIGIN: i64 = 946_857_600_000_000;
 pub const MONTH_ORIGIN: i64 = 946_684_800_000_000;
 
 const MICROS_PER_DAY: i64 = 86_400_000_000;
+
+/// The signatures, for error hints.
+const HINT: &str = "time_bucket(bucket_width interval, ts timestamptz|timestamp|date [, origin | \"offset\" interval]), time_bucket(bucket_width interval, ts timestamptz, timezone text [, origin timestamptz [, \"offset\" interval]]), time_bucket(bucket_width int, ts int [, \"offset\" int])";
 
 /// The `time_bucket` scalar function.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -42,6 +47,31 @@ fn is_time(dt: &DataType) -> bool {
     )
 }
 
+fn is_int(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+    )
+}
+
+fn is_text(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 | DataType::Null
+    )
+}
+
+fn no_such(args: &[DataType]) -> Result<Vec<DataType>> {
+    let list: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    Err(user_err(
+        "42883",
+        &format!(
+            "function time_bucket({}) does not exist. Hint: {HINT}",
+            list.join(", ")
+        ),
+    ))
+}
+
 impl ScalarUDFImpl for TimeBucket {
     fn name(&self) -> &str {
         "time_bucket"
@@ -52,47 +82,71 @@ impl ScalarUDFImpl for TimeBucket {
     }
 
     fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
-        if !(2..=3).contains(&args.len()) {
-            return plan_err!(
-                "function time_bucket with {} arguments does not exist. Hint: time_bucket(bucket_width interval, ts timestamptz [, origin timestamptz | \"offset\" interval])",
-                args.len()
-            );
+        if !(2..=5).contains(&args.len()) {
+            return no_such(args);
+        }
+        // Integer time: every argument takes the type of `ts`.
+        if is_int(&args[0]) || (is_int(&args[1]) && args[0] == DataType::Null) {
+            if !is_int(&args[1]) || args.len() > 3 {
+                return no_such(args);
+            }
+            let t = match &args[1] {
+                DataType::Int8 => DataType::Int16,
+                t => t.clone(),
+            };
+            if args
+                .get(2)
+                .is_some_and(|a| !is_int(a) && *a != DataType::Null)
+            {
+                return no_such(args);
+            }
+            return Ok(vec![t; args.len()]);
         }
         let iv = DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano);
+        let tstz = DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("UTC")));
         let width = match &args[0] {
-            DataType::Interval(_)
-            | DataType::Utf8
-            | DataType::Utf8View
-            | DataType::LargeUtf8
-            | DataType::Null => iv.clone(),
-            other => {
-                return plan_err!(
-                    "function time_bucket({other}, ...) does not exist. Hint: the bucket width must be an interval"
-                );
-            }
+            DataType::Interval(_) => iv.clone(),
+            t if is_text(t) => iv.clone(),
+            _ => return no_such(args),
         };
         let ts = match &args[1] {
             t if is_time(t) => t.clone(),
-            DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 | DataType::Null => {
-                DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("UTC")))
-            }
-            other => {
-                return plan_err!(
-                    "function time_bucket(interval, {other}) does not exist. Hint: the second argument must be a timestamptz, timestamp or date"
-                );
-            }
+            t if is_text(t) => tstz.clone(),
+            _ => return no_such(args),
         };
         let mut out = vec![width, ts.clone()];
+        let tz_form = args.len() > 3
+            || matches!(
+                (&args[1], args.get(2)),
+                (
+                    DataType::Timestamp(_, Some(_)),
+                    Some(DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
+                )
+            );
+        if tz_form {
+            if !matches!(ts, DataType::Timestamp(_, Some(_))) || !is_text(&args[2]) {
+                return no_such(args);
+            }
+            out.push(DataType::Utf8);
+            if let Some(o) = args.get(3) {
+                if !(is_time(o) || is_text(o)) {
+                    return no_such(args);
+                }
+                out.push(tstz.clone());
+            }
+            if let Some(o) = args.get(4) {
+                if !(matches!(o, DataType::Interval(_)) || is_text(o)) {
+                    return no_such(args);
+                }
+                out.push(iv);
+            }
+            return Ok(out);
+        }
         if let Some(third) = args.get(2) {
             out.push(match third {
                 DataType::Interval(_) => iv,
-                t if is_time(t) => ts,
-                DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 | DataType::Null => ts,
-                other => {
-                    return plan_err!(
-                        "function time_bucket(interval, timestamp, {other}) does not exist. Hint: the third argument is an origin (timestamp) or an offset (interval)"
-                    );
-                }
+                t if is_time(t) || is_text(t) => ts,
+                _ => return no_such(args),
             });
         }
         Ok(out)
@@ -110,16 +164,48 @@ impl ScalarUDFImpl for TimeBucket {
             .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let out_type = arrays[1].data_type().clone();
+        if is_int(&out_type) {
+            let result = int_buckets(&arrays)?;
+            return super::columnar(cast(&result, &out_type)?, is_scalar && rows <= 1);
+        }
         let widths = arrays[0].as_primitive::<IntervalMonthDayNanoType>();
+        if matches!(out_type, DataType::Date32 | DataType::Date64)
+            && widths
+                .iter()
+                .flatten()
+                .any(|w| w.nanoseconds % (MICROS_PER_DAY * 1000) != 0)
+        {
+            return Err(user_err(
+                "0A000",
+                "interval must not have sub-day precision",
+            ));
+        }
         let ts = to_micros(&arrays[1])?;
-        let (origins, offsets) = match arrays.get(2) {
-            Some(a) if matches!(a.data_type(), DataType::Interval(_)) => (
-                None,
-                Some(a.as_primitive::<IntervalMonthDayNanoType>().clone()),
-            ),
-            Some(a) => (Some(to_micros(a)?), None),
-            None => (None, None),
+        let zones = match arrays.get(2) {
+            Some(a) if matches!(a.data_type(), DataType::Utf8) => Some(a.as_string::<i32>()),
+            _ => None,
         };
+        let (origins, offsets) = if zones.is_some() {
+            (
+                arrays.get(3).map(to_micros).transpose()?,
+                arrays
+                    .get(4)
+                    .map(|a| a.as_primitive::<IntervalMonthDayNanoType>().clone()),
+            )
+        } else {
+            match arrays.get(2) {
+                Some(a) if matches!(a.data_type(), DataType::Interval(_)) => (
+                    None,
+                    Some(a.as_primitive::<IntervalMonthDayNanoType>().clone()),
+                ),
+                Some(a) => (Some(to_micros(a)?), None),
+                None => (None, None),
+            }
+        };
+        // Without a time zone every argument is required (STRICT); with one, origin and
+        // offset may be NULL (absent).
+        let strict = zones.is_none();
+        let mut zone_cache: Option<(String, chrono_tz::Tz)> = None;
         let mut out: Vec<Option<i64>> = Vec::with_capacity(ts.len());
         for i in 0..ts.len() {
             if ts.is_null(i) || widths.is_null(i) {
@@ -128,18 +214,20 @@ impl ScalarUDFImpl for TimeBucket {
             }
             let w = widths.value(i);
             let origin = match &origins {
-                Some(o) if o.is_null(i) => {
+                Some(o) if o.is_null(i) && strict => {
                     out.push(None);
                     continue;
                 }
+                Some(o) if o.is_null(i) => None,
                 Some(o) => Some(o.value(i)),
                 None => None,
             };
             let offset = match &offsets {
-                Some(o) if o.is_null(i) => {
+                Some(o) if o.is_null(i) && strict => {
                     out.push(None);
                     continue;
                 }
+                Some(o) if o.is_null(i) => None,
                 Some(o) => Some(o.value(i)),
                 None => None,
             };
@@ -153,19 +241,138 @@ impl ScalarUDFImpl for TimeBucket {
                 Some(o) => o.days as i64 * MICROS_PER_DAY + o.nanoseconds / 1000,
                 None => 0,
             };
-            out.push(Some(bucket(
-                w.months,
-                w.days,
-                w.nanoseconds,
-                ts.value(i),
-                origin,
-                offset,
-            )?));
+            let Some(zones) = zones else {
+                out.push(Some(bucket(
+                    w.months,
+                    w.days,
+                    w.nanoseconds,
+                    ts.value(i),
+                    origin,
+                    offset,
+                )?));
+                continue;
+            };
+            if zones.is_null(i) {
+                out.push(None);
+                continue;
+            }
+            let name = zones.value(i);
+            let tz = match &zone_cache {
+                Some((n, tz)) if n == name => *tz,
+                _ => match parse_zone(name) {
+                    Ok(tz) => {
+                        zone_cache = Some((name.to_string(), tz));
+                        tz
+                    }
+                    // `time_bucket(w, ts, '2024-01-01')`: a quoted origin, not a zone.
+                    Err(e) => match (arrays.len(), parse_origin(name)) {
+                        (3, Some(o)) => {
+                            out.push(Some(bucket(
+                                w.months,
+                                w.days,
+                                w.nanoseconds,
+                                ts.value(i),
+                                Some(o),
+                                0,
+                            )?));
+                            continue;
+                        }
+                        _ => return Err(e),
+                    },
+                },
+            };
+            // TimescaleDB: bucket the local wall-clock time (origin also taken as local
+            // time, the offset applied to local time), convert back.
+            let local = to_local(&tz, ts.value(i))?;
+            let origin = origin.map(|o| to_local(&tz, o)).transpose()?;
+            let b = bucket(w.months, w.days, w.nanoseconds, local, origin, offset)?;
+            out.push(Some(from_local(&tz, b)?));
         }
         let arr: ArrayRef = Arc::new(TimestampMicrosecondArray::from(out));
         let result = cast(&arr, &out_type)?;
         super::columnar(result, is_scalar && rows <= 1)
     }
+}
+
+/// Integer `time_bucket(width, ts [, offset])`, computed in i64.
+fn int_buckets(arrays: &[ArrayRef]) -> Result<ArrayRef> {
+    let as_i64 = |a: &ArrayRef| -> Result<Int64Array> {
+        Ok(cast(a, &DataType::Int64)?
+            .as_primitive::<Int64Type>()
+            .clone())
+    };
+    let widths = as_i64(&arrays[0])?;
+    let ts = as_i64(&arrays[1])?;
+    let offsets = arrays.get(2).map(as_i64).transpose()?;
+    let mut out = Vec::with_capacity(ts.len());
+    for i in 0..ts.len() {
+        if widths.is_null(i) || ts.is_null(i) || offsets.as_ref().is_some_and(|o| o.is_null(i)) {
+            out.push(None);
+            continue;
+        }
+        let period = widths.value(i);
+        if period <= 0 {
+            return Err(user_err("22023", "period must be greater than 0"));
+        }
+        let offset = offsets.as_ref().map(|o| o.value(i) % period).unwrap_or(0);
+        let shifted = ts
+            .value(i)
+            .checked_sub(offset)
+            .ok_or_else(|| user_err("22008", "timestamp out of range"))?;
+        let b = shifted.div_euclid(period) * period;
+        out.push(Some(
+            b.checked_add(offset)
+                .ok_or_else(|| user_err("22008", "timestamp out of range"))?,
+        ));
+    }
+    Ok(Arc::new(Int64Array::from(out)))
+}
+
+/// A time zone name as PostgreSQL accepts it (IANA names, `UTC`, case-insensitive).
+pub fn parse_zone(name: &str) -> Result<chrono_tz::Tz> {
+    name.parse::<chrono_tz::Tz>()
+        .or_else(|_| chrono_tz::Tz::from_str_insensitive(name))
+        .map_err(|_| user_err("22023", &format!("time zone \"{name}\" not recognized")))
+}
+
+/// A quoted origin timestamp (UTC unless it names an offset), in µs.
+fn parse_origin(text: &str) -> Option<i64> {
+    let mut text = text.to_string();
+    crate::sql::interval::complete_seconds(&mut text);
+    let arr: ArrayRef = Arc::new(arrow::array::StringArray::from(vec![text]));
+    let c = cast(
+        &arr,
+        &DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("UTC"))),
+    )
+    .ok()?;
+    let c = c.as_primitive::<TimestampMicrosecondType>();
+    (!c.is_null(0)).then(|| c.value(0))
+}
+
+/// UTC µs → the same instant's wall-clock time in `tz`, as µs since the epoch.
+fn to_local(tz: &chrono_tz::Tz, utc: i64) -> Result<i64> {
+    let dt = chrono::DateTime::from_timestamp_micros(utc)
+        .ok_or_else(|| user_err("22008", "timestamp out of range"))?;
+    let off = tz.offset_from_utc_datetime(&dt.naive_utc()).fix();
+    Ok(utc + off.local_minus_utc() as i64 * 1_000_000)
+}
+
+/// Wall-clock µs in `tz` → UTC µs, resolving DST like PostgreSQL: a time skipped by a
+/// spring-forward gap uses the offset from before the gap, an ambiguous fall-back time
+/// the offset from after it.
+fn from_local(tz: &chrono_tz::Tz, local: i64) -> Result<i64> {
+    let naive = chrono::DateTime::from_timestamp_micros(local)
+        .ok_or_else(|| user_err("22008", "timestamp out of range"))?
+        .naive_utc();
+    let off = match tz.offset_from_local_datetime(&naive) {
+        chrono::LocalResult::Single(o) => o.fix(),
+        chrono::LocalResult::Ambiguous(_, later) => later.fix(),
+        chrono::LocalResult::None => {
+            let before = naive - chrono::Duration::hours(3);
+            tz.offset_from_utc_datetime(&before).fix()
+        }
+    };
+    Ok(local - off.local_minus_utc() as i64 * 1_000_000)
 }
 
 fn to_micros(a: &ArrayRef) -> Result<arrow::array::PrimitiveArray<TimestampMicrosecondType>> {
@@ -197,8 +404,10 @@ pub fn bucket(
         if months < 0 {
             return Err(user_err("22023", "period must be greater than 0"));
         }
+        // TimescaleDB uses only the origin's month: month buckets start on the 1st.
         let origin = origin.unwrap_or(MONTH_ORIGIN);
-        let (oy, om, orest) = split_month(origin)?;
+        let (oy, om, _) = split_month(origin)?;
+        let orest = 0;
         let (y, m, rest) = split_month(ts - offset)?;
         let mut diff = (y * 12 + m) - (oy * 12 + om);
         if rest < orest {
