@@ -33,6 +33,8 @@ pub struct Engine {
     pub metrics: crate::metrics::Metrics,
     /// One compaction at a time.
     pub compact_lock: tokio::sync::Mutex<()>,
+    /// Run state of retention jobs.
+    pub jobs: crate::jobs::Jobs,
     _lock: File,
 }
 
@@ -90,6 +92,7 @@ impl Engine {
             started: Instant::now(),
             metrics: Default::default(),
             compact_lock: tokio::sync::Mutex::new(()),
+            jobs: Default::default(),
             _lock: lock,
         });
         tokio::spawn(crate::write::run_flusher(
@@ -97,6 +100,7 @@ impl Engine {
             engine.shutdown.clone(),
         ));
         tokio::spawn(crate::storage::compact::run_compactor(engine.clone()));
+        tokio::spawn(crate::sql::chunks::run_jobs(engine.clone()));
         Ok(engine)
     }
 

@@ -62,6 +62,27 @@ pub struct TableDef {
     /// key + time) written twice keeps the last write.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub line_protocol: bool,
+    /// `add_retention_policy`: chunks older than this are dropped by a background job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Retention>,
+}
+
+/// A retention policy (TimescaleDB job `policy_retention`), one per hypertable.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Retention {
+    /// Chunks whose end is older than `now() - drop_after` are dropped.
+    pub drop_after_micros: i64,
+    /// How often the job runs.
+    pub schedule_interval_micros: i64,
+    /// `drop_after` as the user wrote it, for `timescaledb_information.jobs.config`.
+    pub drop_after_text: String,
+}
+
+impl TableDef {
+    /// Job id of the table's retention policy (TimescaleDB numbers user jobs from 1000).
+    pub fn retention_job_id(&self) -> i64 {
+        1000 + self.id as i64
+    }
 }
 
 /// One column of a table.

@@ -853,6 +853,7 @@ fn ensure_tables(
                     files: vec![],
                     series_key: vec![],
                     line_protocol: true,
+                    retention: None,
                 })
             });
             // Check everything first so a rejected measurement changes nothing.

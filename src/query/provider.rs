@@ -428,6 +428,18 @@ fn file_stats<'a>(schema: &SchemaRef, files: &'a [FileMeta]) -> ContainerStats<'
     s
 }
 
+/// For each file, whether its statistics allow a row matching `pred` (true = read it).
+pub fn files_may_match(
+    schema: &SchemaRef,
+    pred: Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+    files: &[FileMeta],
+) -> Vec<bool> {
+    let pruning = PruningPredicateBuilder::new()
+        .with_file_schema(schema.clone())
+        .build(pred);
+    prune(pruning.as_deref(), &file_stats(schema, files))
+}
+
 fn prune(pred: Option<&PruningPredicate>, stats: &ContainerStats<'_>) -> Vec<bool> {
     match pred {
         Some(p) => p

@@ -1,7 +1,7 @@
 //! System views computed from the catalog at scan time:
-//! `timescaledb_information.{hypertables,chunks,dimensions}` and `sundial_chunk_files`.
+//! `timescaledb_information.{hypertables,chunks,dimensions,jobs,job_stats}` and
+//! `sundial_chunk_files`.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -22,6 +22,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::catalog::TableDef;
 use crate::engine::Engine;
+use crate::sql::chunks::chunk_starts;
 
 pub const INFO_SCHEMA: &str = "timescaledb_information";
 pub const CHUNK_FILES: &str = "sundial_chunk_files";
@@ -80,7 +81,7 @@ impl InfoSchema {
     }
 }
 
-const INFO_TABLES: [&str; 3] = ["hypertables", "chunks", "dimensions"];
+const INFO_TABLES: [&str; 5] = ["hypertables", "chunks", "dimensions", "jobs", "job_stats"];
 
 #[async_trait]
 impl SchemaProvider for InfoSchema {
@@ -92,6 +93,8 @@ impl SchemaProvider for InfoSchema {
             "hypertables" => (hypertables_schema(), hypertables),
             "chunks" => (chunks_schema(), chunks),
             "dimensions" => (dimensions_schema(), dimensions),
+            "jobs" => (jobs_schema(), jobs),
+            "job_stats" => (job_stats_schema(), job_stats),
             _ => return Ok(None),
         };
         Ok(Some(Arc::new(SystemTable {
@@ -174,20 +177,6 @@ fn chunk_files_rows(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
     )
 }
 
-/// Chunk starts of a hypertable: those with files and those only in memory.
-fn chunk_starts(engine: &Engine, t: &TableDef) -> BTreeSet<i64> {
-    let mut s: BTreeSet<i64> = t.files.iter().map(|f| f.chunk_start).collect();
-    if let Some(v) = engine.writer.view(t.id) {
-        s.extend(
-            v.mem
-                .iter()
-                .filter(|(_, b)| b.iter().any(|b| b.batch.num_rows() > 0))
-                .map(|(c, _)| *c),
-        );
-    }
-    s
-}
-
 fn hypertables_schema() -> Schema {
     Schema::new(vec![
         text("hypertable_schema"),
@@ -197,6 +186,8 @@ fn hypertables_schema() -> Schema {
         Field::new("num_chunks", DataType::Int64, false),
         Field::new("compression_enabled", DataType::Boolean, false),
         text("tablespaces"),
+        text("primary_dimension"),
+        text("primary_dimension_type"),
     ])
 }
 
@@ -222,6 +213,176 @@ fn hypertables(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
             )),
             Arc::new(BooleanArray::from(vec![false; n])),
             Arc::new(StringArray::from(vec![None::<String>; n])),
+            Arc::new(StringArray::from(
+                hts.iter()
+                    .map(|t| t.time_column.clone().unwrap_or_default())
+                    .collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(
+                hts.iter()
+                    .map(|t| {
+                        t.time_column
+                            .as_deref()
+                            .and_then(|c| t.column(c))
+                            .map(|c| c.sql_type.pg_name())
+                            .unwrap_or_default()
+                    })
+                    .collect::<Vec<_>>(),
+            )),
+        ],
+    )
+}
+
+fn interval_of(micros: i64) -> IntervalMonthDayNano {
+    IntervalMonthDayNano::new(
+        0,
+        (micros / 86_400_000_000) as i32,
+        (micros % 86_400_000_000) * 1000,
+    )
+}
+
+fn jobs_schema() -> Schema {
+    let iv = || DataType::Interval(IntervalUnit::MonthDayNano);
+    Schema::new(vec![
+        Field::new("job_id", DataType::Int64, false),
+        text("application_name"),
+        Field::new("schedule_interval", iv(), true),
+        Field::new("max_runtime", iv(), true),
+        Field::new("max_retries", DataType::Int64, true),
+        Field::new("retry_period", iv(), true),
+        text("proc_schema"),
+        text("proc_name"),
+        text("owner"),
+        Field::new("scheduled", DataType::Boolean, false),
+        Field::new("fixed_schedule", DataType::Boolean, false),
+        text("config"),
+        Field::new("next_start", tstz(), true),
+        Field::new("initial_start", tstz(), true),
+        text("hypertable_schema"),
+        text("hypertable_name"),
+        text("check_schema"),
+        text("check_name"),
+    ])
+}
+
+/// Retention policies, one job each.
+fn retention_jobs(engine: &Engine, db: &str) -> Vec<(Arc<TableDef>, crate::catalog::Retention)> {
+    tables_of(engine, db)
+        .into_iter()
+        .filter_map(|t| t.retention.clone().map(|r| (t, r)))
+        .collect()
+}
+
+fn jobs(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    let js = retention_jobs(engine, db);
+    let n = js.len();
+    let ids: Vec<i64> = js.iter().map(|(t, _)| t.retention_job_id()).collect();
+    batch(
+        jobs_schema(),
+        vec![
+            Arc::new(Int64Array::from(ids.clone())),
+            Arc::new(StringArray::from(
+                ids.iter()
+                    .map(|id| format!("Retention Policy [{id}]"))
+                    .collect::<Vec<_>>(),
+            )),
+            Arc::new(IntervalMonthDayNanoArray::from(
+                js.iter()
+                    .map(|(_, r)| Some(interval_of(r.schedule_interval_micros)))
+                    .collect::<Vec<_>>(),
+            )),
+            Arc::new(IntervalMonthDayNanoArray::from(vec![
+                Some(interval_of(0));
+                n
+            ])),
+            Arc::new(Int64Array::from(vec![-1i64; n])),
+            Arc::new(IntervalMonthDayNanoArray::from(
+                js.iter()
+                    .map(|(_, r)| Some(interval_of(r.schedule_interval_micros)))
+                    .collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(vec!["_timescaledb_functions"; n])),
+            Arc::new(StringArray::from(vec!["policy_retention"; n])),
+            Arc::new(StringArray::from(vec!["sundial"; n])),
+            Arc::new(BooleanArray::from(vec![true; n])),
+            Arc::new(BooleanArray::from(vec![false; n])),
+            Arc::new(StringArray::from(
+                js.iter()
+                    .map(|(t, r)| {
+                        serde_json::json!({"drop_after": r.drop_after_text, "hypertable_id": t.id})
+                            .to_string()
+                    })
+                    .collect::<Vec<_>>(),
+            )),
+            ts_array(
+                ids.iter()
+                    .map(|id| engine.jobs.get(*id).next_start)
+                    .collect(),
+            ),
+            ts_array(vec![None; n]),
+            Arc::new(StringArray::from(vec!["public"; n])),
+            Arc::new(StringArray::from(
+                js.iter().map(|(t, _)| t.name.clone()).collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(vec!["_timescaledb_functions"; n])),
+            Arc::new(StringArray::from(vec!["policy_retention_check"; n])),
+        ],
+    )
+}
+
+fn job_stats_schema() -> Schema {
+    Schema::new(vec![
+        text("hypertable_schema"),
+        text("hypertable_name"),
+        Field::new("job_id", DataType::Int64, false),
+        Field::new("last_run_started_at", tstz(), true),
+        Field::new("last_successful_finish", tstz(), true),
+        text("last_run_status"),
+        text("job_status"),
+        Field::new("next_start", tstz(), true),
+        Field::new("total_runs", DataType::Int64, false),
+        Field::new("total_successes", DataType::Int64, false),
+        Field::new("total_failures", DataType::Int64, false),
+    ])
+}
+
+fn job_stats(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    let js = retention_jobs(engine, db);
+    let n = js.len();
+    let st: Vec<crate::jobs::JobState> = js
+        .iter()
+        .map(|(t, _)| engine.jobs.get(t.retention_job_id()))
+        .collect();
+    batch(
+        job_stats_schema(),
+        vec![
+            Arc::new(StringArray::from(vec!["public"; n])),
+            Arc::new(StringArray::from(
+                js.iter().map(|(t, _)| t.name.clone()).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                js.iter()
+                    .map(|(t, _)| t.retention_job_id())
+                    .collect::<Vec<_>>(),
+            )),
+            ts_array(st.iter().map(|s| s.last_run_started_at).collect()),
+            ts_array(st.iter().map(|s| s.last_successful_finish).collect()),
+            Arc::new(StringArray::from(
+                st.iter().map(|s| s.last_run_status).collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(vec!["Scheduled"; n])),
+            ts_array(st.iter().map(|s| s.next_start).collect()),
+            Arc::new(Int64Array::from(
+                st.iter().map(|s| s.total_runs).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                st.iter()
+                    .map(|s| s.total_runs - s.total_failures)
+                    .collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                st.iter().map(|s| s.total_failures).collect::<Vec<_>>(),
+            )),
         ],
     )
 }

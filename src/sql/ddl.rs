@@ -36,6 +36,8 @@ pub fn handles(stmt: &Statement) -> bool {
             matches!(object_type, ObjectType::Table | ObjectType::Database)
         }
         Statement::Query(_) => management_call(stmt).is_some(),
+        Statement::Delete(_) | Statement::Truncate(_) => true,
+        Statement::Call(f) => f.name.to_string().eq_ignore_ascii_case("run_job"),
         _ => false,
     }
 }
@@ -43,11 +45,7 @@ pub fn handles(stmt: &Statement) -> bool {
 /// Result schema of a management function call.
 pub fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
     let (name, _) = management_call(stmt)?;
-    Some(Arc::new(Schema::new(vec![Field::new(
-        name,
-        DataType::Utf8,
-        true,
-    )])))
+    Some(super::chunks::result_schema(&name))
 }
 
 /// `SELECT name(args)` with nothing else: the function name and its arguments.
@@ -68,7 +66,7 @@ fn management_call(stmt: &Statement) -> Option<(String, Vec<FunctionArg>)> {
     let Expr::Function(f) = expr else { return None };
     let name = f.name.to_string().to_ascii_lowercase();
     let name = name.trim_start_matches("public.").to_string();
-    if !FUNCTIONS.contains(&name.as_str()) {
+    if !FUNCTIONS.contains(&name.as_str()) && !super::chunks::FUNCTIONS.contains(&name.as_str()) {
         return None;
     }
     let args = match &f.args {
@@ -122,6 +120,13 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             Ok(Output::Command("DROP TABLE".into()))
         }
         Statement::AlterTable(at) => alter_table(s, at),
+        Statement::Delete(d) => super::chunks::delete(s, d).await,
+        Statement::Truncate(t) => {
+            let names: Vec<ast::ObjectName> =
+                t.table_names.iter().map(|n| n.name.clone()).collect();
+            super::chunks::truncate(s, &names).await
+        }
+        Statement::Call(f) => super::chunks::run_job(s, f).await,
         Statement::Query(_) => {
             let (name, args) =
                 management_call(stmt).ok_or_else(|| Error::Internal("not a call".into()))?;
@@ -137,7 +142,7 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
                     let n = crate::storage::compact::compact_all(&s.engine, false).await?;
                     one_text_row("sundial_compact", n.to_string())
                 }
-                _ => Err(Error::Internal(format!("unhandled function {name}"))),
+                other => super::chunks::call(s, other, &args).await,
             }
         }
         other => Err(Error::NotSupported(format!(
@@ -166,7 +171,7 @@ fn fold(i: &ast::Ident) -> String {
 }
 
 /// Table name; `public.t` and `t` are the same table.
-fn table_name(n: &ast::ObjectName) -> Result<String> {
+pub(crate) fn table_name(n: &ast::ObjectName) -> Result<String> {
     if n.0.len() > 1 {
         let schema = n.0[n.0.len() - 2].as_ident().map(fold).unwrap_or_default();
         if schema != "public" {
@@ -282,7 +287,7 @@ struct HyperOpts {
     chunk_interval: Option<i64>,
 }
 
-fn literal_text(e: &Expr) -> Option<String> {
+pub(crate) fn literal_text(e: &Expr) -> Option<String> {
     match e {
         Expr::Value(v) => match &v.value {
             Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Some(s.clone()),
@@ -301,14 +306,14 @@ fn literal_text(e: &Expr) -> Option<String> {
     }
 }
 
-fn truthy(s: &str) -> bool {
+pub(crate) fn truthy(s: &str) -> bool {
     matches!(
         s.to_ascii_lowercase().as_str(),
         "true" | "on" | "t" | "1" | "yes"
     )
 }
 
-fn parse_chunk_interval(text: &str) -> Result<i64> {
+pub(crate) fn parse_chunk_interval(text: &str) -> Result<i64> {
     let micros = interval::parse_interval_micros(text).map_err(|e| Error::sql("22007", e))?;
     if micros <= 0 {
         return Err(Error::sql(
@@ -441,6 +446,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
                 files: vec![],
                 series_key: vec![],
                 line_protocol: false,
+                retention: None,
             }),
         );
         Ok(true)
@@ -533,7 +539,7 @@ fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
 }
 
 /// Splits function arguments into positional and named (`name => value`) ones.
-fn split_args(args: &[FunctionArg]) -> (Vec<Expr>, Vec<(String, Expr)>) {
+pub(crate) fn split_args(args: &[FunctionArg]) -> (Vec<Expr>, Vec<(String, Expr)>) {
     let mut pos = vec![];
     let mut named = vec![];
     for a in args {
@@ -555,11 +561,11 @@ fn split_args(args: &[FunctionArg]) -> (Vec<Expr>, Vec<(String, Expr)>) {
     (pos, named)
 }
 
-fn regclass_name(e: &Expr) -> Result<String> {
+pub(crate) fn regclass_name(e: &Expr) -> Result<String> {
     let text = literal_text(e).ok_or_else(|| {
         Error::sql(
             "42883",
-            "create_hypertable: the first argument must name a table, e.g. 'conditions'",
+            "the first argument must name a table, e.g. 'conditions'",
         )
     })?;
     let last = text.rsplit('.').next().unwrap_or(&text);

@@ -2,6 +2,7 @@
 //! each statement to DDL, session handling, management functions or DataFusion,
 //! and return rows or a command tag.
 
+pub mod chunks;
 pub mod ddl;
 pub mod functions;
 pub mod insert;
@@ -157,6 +158,19 @@ impl VisitorMut for Normalize {
         ControlFlow::Continue(())
     }
 
+    fn pre_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<()> {
+        if let ast::TableFactor::Table {
+            name,
+            args: Some(targs),
+            ..
+        } = tf
+            && name.to_string().eq_ignore_ascii_case("show_chunks")
+        {
+            positional(&mut targs.args, &["relation", "older_than", "newer_than"]);
+        }
+        ControlFlow::Continue(())
+    }
+
     fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
         keep_rewritten_names(q);
         ControlFlow::Continue(())
@@ -279,6 +293,42 @@ fn keep_rewritten_names(q: &mut ast::Query) {
             };
         }
     }
+}
+
+/// Puts named arguments in their positions (`names` is the parameter order),
+/// filling gaps with NULL; DataFusion's table functions take positional ones only.
+fn positional(args: &mut Vec<ast::FunctionArg>, names: &[&str]) {
+    let mut out: Vec<Option<ast::Expr>> = vec![];
+    for a in args.iter() {
+        let (slot, e) = match a {
+            ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => (out.len(), e),
+            ast::FunctionArg::Named {
+                name,
+                arg: ast::FunctionArgExpr::Expr(e),
+                ..
+            }
+            | ast::FunctionArg::ExprNamed {
+                name: ast::Expr::Identifier(name),
+                arg: ast::FunctionArgExpr::Expr(e),
+                ..
+            } => match names
+                .iter()
+                .position(|n| n.eq_ignore_ascii_case(&name.value))
+            {
+                Some(i) => (i, e),
+                None => return,
+            },
+            _ => return,
+        };
+        if out.len() <= slot {
+            out.resize(slot + 1, None);
+        }
+        out[slot] = Some(e.clone());
+    }
+    *args = out
+        .into_iter()
+        .map(|e| unnamed(e.unwrap_or_else(|| ast::Expr::value(ast::Value::Null))))
+        .collect();
 }
 
 fn unnamed(e: ast::Expr) -> ast::FunctionArg {
@@ -445,6 +495,7 @@ impl Session {
         let ctx = crate::query::new_context(&engine, db);
         let settings = session::default_settings(db, user);
         functions::register(&ctx, db, pid, settings.clone());
+        chunks::register(&ctx, &engine, db);
         Ok(Session {
             engine,
             db: db.to_string(),

@@ -165,16 +165,10 @@ async fn compact_chunk(engine: &Engine, db: &str, table: &TableDef, start: i64) 
                 bytes,
                 "compacted chunk"
             );
-            let store = engine.store.clone();
-            let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
-            tokio::spawn(async move {
-                tokio::time::sleep(DELETE_DELAY).await;
-                for p in paths {
-                    let _ = store
-                        .delete(&object_store::path::Path::from(p.as_str()))
-                        .await;
-                }
-            });
+            delete_later(
+                engine.store.clone(),
+                files.iter().map(|f| f.path.clone()).collect(),
+            );
             Ok(())
         }
         Err(e) => {
@@ -182,6 +176,21 @@ async fn compact_chunk(engine: &Engine, db: &str, table: &TableDef, start: i64) 
             Err(e)
         }
     }
+}
+
+/// Deletes replaced or dropped files once queries that planned with them are done.
+pub fn delete_later(store: Arc<dyn object_store::ObjectStore>, paths: Vec<String>) {
+    tokio::spawn(async move {
+        tokio::time::sleep(DELETE_DELAY).await;
+        for p in paths {
+            if let Err(e) = store
+                .delete(&object_store::path::Path::from(p.as_str()))
+                .await
+            {
+                tracing::warn!(path = %p, error = %e, "could not delete chunk file");
+            }
+        }
+    });
 }
 
 /// Runs compaction of cold chunks in the background until shutdown.

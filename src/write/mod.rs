@@ -261,6 +261,42 @@ impl WriteService {
         })
     }
 
+    /// Removes files of a table from the catalog in one step (drop_chunks, DELETE,
+    /// TRUNCATE) and replaces others (`new` = `(old id, new file or None)`); the
+    /// caller deletes the old objects once readers are done with them.
+    pub fn edit_files(&self, table_id: u64, edits: Vec<(u64, Option<FileMeta>)>) -> Result<()> {
+        let _v = self.visibility.write();
+        self.catalog.update(|m| {
+            for d in m.databases.values_mut() {
+                for t in d.tables.values_mut() {
+                    if t.id != table_id {
+                        continue;
+                    }
+                    if !edits
+                        .iter()
+                        .all(|(id, _)| t.files.iter().any(|f| f.id == *id))
+                    {
+                        return Err(Error::Catalog(
+                            "chunk files changed concurrently; retry".into(),
+                        ));
+                    }
+                    let tm = Arc::make_mut(t);
+                    let mut files = Vec::with_capacity(tm.files.len());
+                    for f in std::mem::take(&mut tm.files) {
+                        match edits.iter().find(|(id, _)| *id == f.id) {
+                            Some((_, Some(new))) => files.push(new.clone()),
+                            Some((_, None)) => {}
+                            None => files.push(f),
+                        }
+                    }
+                    tm.files = files;
+                    return Ok(());
+                }
+            }
+            Err(Error::UndefinedTable(format!("table id {table_id}")))
+        })
+    }
+
     /// Drops the memtable rows of a table (DROP TABLE).
     pub fn forget_table(&self, table_id: u64) {
         let mut mem = self.mem.write();

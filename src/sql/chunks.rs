@@ -1,0 +1,990 @@
+//! Chunk and hypertable management with TimescaleDB's API: `show_chunks`,
+//! `drop_chunks`, retention policies and the background job that applies them,
+//! size and row-count functions, `DELETE` (whole files dropped by their
+//! statistics, others rewritten without the deleted rows) and `TRUNCATE`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use bytes::Bytes;
+use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::sql::sqlparser::ast::{self, Expr, FunctionArg};
+use object_store::{ObjectStoreExt, PutPayload};
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use super::{Output, Session};
+use crate::catalog::{FileMeta, Retention, TableDef};
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::storage::compact::delete_later;
+use crate::storage::{FLUSH_ZSTD_LEVEL, StatsAccumulator, adapt_batch, file_path, writer_props};
+
+/// Management functions this module answers as `SELECT f(...)`.
+pub const FUNCTIONS: [&str; 8] = [
+    "show_chunks",
+    "drop_chunks",
+    "add_retention_policy",
+    "remove_retention_policy",
+    "hypertable_size",
+    "hypertable_detailed_size",
+    "chunks_detailed_size",
+    "approximate_row_count",
+];
+
+/// Default `schedule_interval` of a retention policy, as TimescaleDB.
+const DEFAULT_SCHEDULE: i64 = 86_400_000_000;
+
+fn rows_output(schema: SchemaRef, columns: Vec<Arc<dyn Array>>) -> Result<Output> {
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    let stream =
+        RecordBatchStreamAdapter::new(schema.clone(), futures::stream::iter(vec![Ok(batch)]));
+    Ok(Output::Rows(schema, Box::pin(stream)))
+}
+
+/// Result columns of one of [`FUNCTIONS`] (for Describe in the extended protocol).
+pub fn result_schema(name: &str) -> SchemaRef {
+    let int = |n: &str| Field::new(n, DataType::Int64, true);
+    let text = |n: &str| Field::new(n, DataType::Utf8, true);
+    Arc::new(Schema::new(match name {
+        "hypertable_size" | "approximate_row_count" | "add_retention_policy" => vec![int(name)],
+        "hypertable_detailed_size" => vec![
+            int("table_bytes"),
+            int("index_bytes"),
+            int("toast_bytes"),
+            int("total_bytes"),
+            text("node_name"),
+        ],
+        "chunks_detailed_size" => vec![
+            text("chunk_schema"),
+            text("chunk_name"),
+            int("table_bytes"),
+            int("index_bytes"),
+            int("toast_bytes"),
+            int("total_bytes"),
+            text("node_name"),
+        ],
+        _ => vec![text(name)],
+    }))
+}
+
+fn text_column(name: &str, values: Vec<String>) -> Result<Output> {
+    let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, true)]));
+    rows_output(schema, vec![Arc::new(StringArray::from(values))])
+}
+
+fn int_column(name: &str, value: Option<i64>) -> Result<Output> {
+    rows_output(
+        result_schema(name),
+        vec![Arc::new(Int64Array::from(vec![value]))],
+    )
+}
+
+/// Arguments by position and by name; `names` gives the positional order.
+struct Args {
+    values: Vec<Option<Expr>>,
+}
+
+impl Args {
+    fn new(func: &str, args: &[FunctionArg], names: &[&str]) -> Result<Args> {
+        let (pos, named) = super::ddl::split_args(args);
+        if pos.len() > names.len() {
+            return Err(signature_error(func));
+        }
+        let mut values: Vec<Option<Expr>> = pos.into_iter().map(Some).collect();
+        values.resize(names.len(), None);
+        for (n, e) in named {
+            let i = names.iter().position(|x| *x == n).ok_or_else(|| {
+                Error::sql(
+                    "42883",
+                    format!(
+                        "function {func} has no parameter named \"{n}\". Hint: {}",
+                        hint(func)
+                    ),
+                )
+            })?;
+            values[i] = Some(e);
+        }
+        Ok(Args { values })
+    }
+    fn get(&self, i: usize) -> Option<&Expr> {
+        self.values.get(i).and_then(|e| e.as_ref())
+    }
+}
+
+fn hint(func: &str) -> &'static str {
+    match func {
+        "show_chunks" => {
+            "show_chunks(relation regclass, older_than \"any\" = NULL, newer_than \"any\" = NULL)"
+        }
+        "drop_chunks" => {
+            "drop_chunks(relation regclass, older_than \"any\" = NULL, newer_than \"any\" = NULL, verbose boolean = false)"
+        }
+        "add_retention_policy" => {
+            "add_retention_policy(relation regclass, drop_after \"any\", if_not_exists boolean = false, schedule_interval interval = NULL)"
+        }
+        "remove_retention_policy" => {
+            "remove_retention_policy(relation regclass, if_exists boolean = false)"
+        }
+        _ => "(relation regclass)",
+    }
+}
+
+fn signature_error(func: &str) -> Error {
+    Error::sql(
+        "42883",
+        format!(
+            "function {func} with these arguments does not exist. Hint: {}",
+            hint(func)
+        ),
+    )
+}
+
+/// Runs one of [`FUNCTIONS`].
+pub async fn call(s: &Session, name: &str, args: &[FunctionArg]) -> Result<Output> {
+    match name {
+        "show_chunks" | "drop_chunks" => {
+            let a = Args::new(
+                name,
+                args,
+                &[
+                    "relation",
+                    "older_than",
+                    "newer_than",
+                    "verbose",
+                    "created_before",
+                    "created_after",
+                ],
+            )?;
+            let table = relation(s, name, a.get(0))?;
+            if a.get(4).is_some() || a.get(5).is_some() {
+                return Err(Error::NotSupported(
+                    "created_before / created_after: Sundial does not record chunk creation times"
+                        .into(),
+                ));
+            }
+            let older = time_bound(s, a.get(1)).await?;
+            let newer = time_bound(s, a.get(2)).await?;
+            if name == "show_chunks" {
+                let starts = select_chunks(&s.engine, &table, older, newer);
+                let names = starts.iter().map(|c| qualified(&table, *c)).collect();
+                return text_column("show_chunks", names);
+            }
+            if older.is_none() && newer.is_none() {
+                return Err(Error::sql(
+                    "22023",
+                    "invalid time range for dropping chunks. Hint: At least one of older_than and newer_than must be provided.",
+                ));
+            }
+            let dropped = drop_chunks(&s.engine, &s.db, &table.name, older, newer).await?;
+            text_column("drop_chunks", dropped)
+        }
+        "add_retention_policy" => add_retention_policy(s, args).await,
+        "remove_retention_policy" => {
+            let a = Args::new(name, args, &["relation", "if_exists"])?;
+            let table = relation(s, name, a.get(0))?;
+            let if_exists = a
+                .get(1)
+                .and_then(super::ddl::literal_text)
+                .is_some_and(|v| super::ddl::truthy(&v));
+            let db = s.db.clone();
+            s.engine.catalog.update(|m| {
+                let t = m
+                    .database_mut(&db)?
+                    .tables
+                    .get_mut(&table.name)
+                    .ok_or_else(|| Error::UndefinedTable(table.name.clone()))?;
+                if t.retention.is_none() && !if_exists {
+                    return Err(Error::sql(
+                        "42704",
+                        format!(
+                            "retention policy not found for hypertable \"{}\"",
+                            table.name
+                        ),
+                    ));
+                }
+                Arc::make_mut(t).retention = None;
+                Ok(())
+            })?;
+            text_column("remove_retention_policy", vec![String::new()])
+        }
+        "hypertable_size" => {
+            let a = Args::new(name, args, &["hypertable"])?;
+            let table = relation(s, name, a.get(0))?;
+            int_column("hypertable_size", Some(table_bytes(&table)))
+        }
+        "approximate_row_count" => {
+            let a = Args::new(name, args, &["relation"])?;
+            let table = relation(s, name, a.get(0))?;
+            int_column("approximate_row_count", Some(row_count(&s.engine, &table)))
+        }
+        "hypertable_detailed_size" => {
+            let a = Args::new(name, args, &["hypertable"])?;
+            let table = relation(s, name, a.get(0))?;
+            let b = table_bytes(&table);
+            rows_output(
+                result_schema(name),
+                vec![
+                    Arc::new(Int64Array::from(vec![b])),
+                    Arc::new(Int64Array::from(vec![0])),
+                    Arc::new(Int64Array::from(vec![0])),
+                    Arc::new(Int64Array::from(vec![b])),
+                    Arc::new(StringArray::from(vec![None::<String>])),
+                ],
+            )
+        }
+        "chunks_detailed_size" => {
+            let a = Args::new(name, args, &["hypertable"])?;
+            let table = relation(s, name, a.get(0))?;
+            let (names, sizes) = chunk_sizes(&s.engine, &table);
+            let n = names.len();
+            rows_output(
+                result_schema(name),
+                vec![
+                    Arc::new(StringArray::from(vec!["_timescaledb_internal"; n])),
+                    Arc::new(StringArray::from(names)),
+                    Arc::new(Int64Array::from(sizes.clone())),
+                    Arc::new(Int64Array::from(vec![0; n])),
+                    Arc::new(Int64Array::from(vec![0; n])),
+                    Arc::new(Int64Array::from(sizes)),
+                    Arc::new(StringArray::from(vec![None::<String>; n])),
+                ],
+            )
+        }
+        _ => Err(Error::Internal(format!("unhandled function {name}"))),
+    }
+}
+
+/// Bytes of a table's chunk files.
+pub fn table_bytes(t: &TableDef) -> i64 {
+    t.files.iter().map(|f| f.bytes as i64).sum()
+}
+
+/// Rows in files plus rows still in memory (duplicates of line-protocol points
+/// not yet merged count twice: it is an estimate, as in TimescaleDB).
+pub fn row_count(engine: &Engine, t: &TableDef) -> i64 {
+    let files: i64 = t.files.iter().map(|f| f.rows as i64).sum();
+    let mem: i64 = engine
+        .writer
+        .view(t.id)
+        .map(|v| {
+            v.mem
+                .iter()
+                .flat_map(|(_, b)| b.iter())
+                .map(|b| b.batch.num_rows() as i64)
+                .sum()
+        })
+        .unwrap_or(0);
+    files + mem
+}
+
+fn qualified(t: &TableDef, start: i64) -> String {
+    format!("_timescaledb_internal.{}", t.chunk_name(start))
+}
+
+/// The hypertable named by the first argument.
+fn relation(s: &Session, func: &str, e: Option<&Expr>) -> Result<Arc<TableDef>> {
+    let e = e.ok_or_else(|| signature_error(func))?;
+    let name = super::ddl::regclass_name(e)?;
+    let m = s.engine.catalog.snapshot();
+    let t = m.table(&s.db, &name)?.clone();
+    if !t.is_hypertable() {
+        return Err(Error::sql(
+            "TS102",
+            format!("table \"{name}\" is not a hypertable"),
+        ));
+    }
+    Ok(t)
+}
+
+/// Chunk starts of a table: with files or only in memory.
+pub fn chunk_starts(engine: &Engine, t: &TableDef) -> BTreeSet<i64> {
+    let mut s: BTreeSet<i64> = t.files.iter().map(|f| f.chunk_start).collect();
+    if let Some(v) = engine.writer.view(t.id) {
+        s.extend(
+            v.mem
+                .iter()
+                .filter(|(_, b)| b.iter().any(|b| b.batch.num_rows() > 0))
+                .map(|(c, _)| *c),
+        );
+    }
+    s
+}
+
+/// Chunks entirely before `older` (end ≤ older) and entirely after `newer`
+/// (start ≥ newer), TimescaleDB's rule.
+fn select_chunks(
+    engine: &Engine,
+    t: &TableDef,
+    older: Option<i64>,
+    newer: Option<i64>,
+) -> Vec<i64> {
+    let iv = t.chunk_interval_micros.unwrap_or(i64::MAX);
+    chunk_starts(engine, t)
+        .into_iter()
+        .filter(|start| {
+            older.is_none_or(|o| start.saturating_add(iv) <= o) && newer.is_none_or(|n| *start >= n)
+        })
+        .collect()
+}
+
+/// Evaluates a constant expression through DataFusion.
+async fn eval(s: &Session, e: &Expr) -> Result<ScalarValue> {
+    let df = s.ctx.sql(&format!("SELECT {e}")).await?;
+    let batches = df.collect().await?;
+    match batches.iter().find(|b| b.num_rows() > 0) {
+        Some(b) => Ok(ScalarValue::try_from_array(b.column(0), 0)?),
+        None => Ok(ScalarValue::Null),
+    }
+}
+
+/// An `older_than` / `newer_than` / `drop_after` argument as a point in time (µs):
+/// an interval counts back from now; a timestamp or date is taken as is.
+async fn time_bound(s: &Session, e: Option<&Expr>) -> Result<Option<i64>> {
+    match e {
+        Some(e) => bound_of(eval(s, e).await?),
+        None => Ok(None),
+    }
+}
+
+/// See [`time_bound`]; for an already evaluated argument.
+fn bound_of(v: ScalarValue) -> Result<Option<i64>> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    if let Some(micros) = interval_micros(&v) {
+        return Ok(Some(now_micros() - micros?));
+    }
+    let tstz = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into()));
+    match v {
+        ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)) => {
+            if let Ok(micros) = super::ddl::parse_chunk_interval(&t) {
+                return Ok(Some(now_micros() - micros));
+            }
+            let mut text = t.clone();
+            super::interval::complete_seconds(&mut text);
+            match ScalarValue::Utf8(Some(text)).cast_to(&tstz) {
+                Ok(ScalarValue::TimestampMicrosecond(Some(v), _)) => Ok(Some(v)),
+                _ => Err(Error::sql(
+                    "22007",
+                    format!("invalid input syntax for type interval or timestamptz: \"{t}\""),
+                )),
+            }
+        }
+        other => {
+            let dt = other.data_type();
+            match other.cast_to(&tstz) {
+                Ok(ScalarValue::TimestampMicrosecond(Some(v), _))
+                    if matches!(
+                        dt,
+                        DataType::Timestamp(..) | DataType::Date32 | DataType::Date64
+                    ) =>
+                {
+                    Ok(Some(v))
+                }
+                _ => Err(Error::sql(
+                    "22023",
+                    format!(
+                        "invalid time argument type \"{dt}\". Hint: use an interval, timestamptz or date"
+                    ),
+                )),
+            }
+        }
+    }
+}
+
+/// An interval value in µs (months as 30 days, as PostgreSQL's interval arithmetic
+/// on epochs does), or `None` when `v` is not an interval.
+fn interval_micros(v: &ScalarValue) -> Option<Result<i64>> {
+    let iv = match v {
+        ScalarValue::IntervalMonthDayNano(Some(iv)) => *iv,
+        ScalarValue::IntervalDayTime(_) | ScalarValue::IntervalYearMonth(_) => {
+            match v.cast_to(&DataType::Interval(
+                arrow::datatypes::IntervalUnit::MonthDayNano,
+            )) {
+                Ok(ScalarValue::IntervalMonthDayNano(Some(iv))) => iv,
+                _ => return Some(Err(Error::Internal("interval conversion".into()))),
+            }
+        }
+        _ => return None,
+    };
+    Some(Ok((iv.months as i64 * 30 + iv.days as i64)
+        * 86_400_000_000
+        + iv.nanoseconds / 1000))
+}
+
+fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+/// Drops whole chunks of `table` (all its files) between the bounds; memtables are
+/// flushed first so the WAL cannot bring the rows back. Returns the chunk names.
+pub async fn drop_chunks(
+    engine: &Engine,
+    db: &str,
+    table: &str,
+    older: Option<i64>,
+    newer: Option<i64>,
+) -> Result<Vec<String>> {
+    engine.writer.flush_all().await?;
+    let m = engine.catalog.snapshot();
+    let t = m.table(db, table)?.clone();
+    let starts: BTreeSet<i64> = select_chunks(engine, &t, older, newer)
+        .into_iter()
+        .collect();
+    let files: Vec<&FileMeta> = t
+        .files
+        .iter()
+        .filter(|f| starts.contains(&f.chunk_start))
+        .collect();
+    if !files.is_empty() {
+        engine
+            .writer
+            .edit_files(t.id, files.iter().map(|f| (f.id, None)).collect())?;
+        delete_later(
+            engine.store.clone(),
+            files.iter().map(|f| f.path.clone()).collect(),
+        );
+    }
+    tracing::info!(
+        table,
+        chunks = starts.len(),
+        files = files.len(),
+        "dropped chunks"
+    );
+    Ok(starts.iter().map(|c| qualified(&t, *c)).collect())
+}
+
+async fn add_retention_policy(s: &Session, args: &[FunctionArg]) -> Result<Output> {
+    let name = "add_retention_policy";
+    let a = Args::new(
+        name,
+        args,
+        &[
+            "relation",
+            "drop_after",
+            "if_not_exists",
+            "schedule_interval",
+            "initial_start",
+            "timezone",
+            "drop_created_before",
+        ],
+    )?;
+    let table = relation(s, name, a.get(0))?;
+    if a.get(6).is_some() {
+        return Err(Error::NotSupported(
+            "drop_created_before: Sundial does not record chunk creation times".into(),
+        ));
+    }
+    let drop_after = a.get(1).ok_or_else(|| signature_error(name))?;
+    let drop_after_micros = match interval_micros(&eval(s, drop_after).await?) {
+        Some(m) => m?,
+        None => match super::ddl::literal_text(drop_after)
+            .map(|t| super::ddl::parse_chunk_interval(&t))
+        {
+            Some(Ok(m)) => m,
+            _ => {
+                return Err(Error::sql(
+                    "22023",
+                    "invalid value for drop_after. Hint: drop_after must be an interval for a hypertable partitioned by time",
+                ));
+            }
+        },
+    };
+    let if_not_exists = a
+        .get(2)
+        .and_then(super::ddl::literal_text)
+        .is_some_and(|v| super::ddl::truthy(&v));
+    let schedule = match a.get(3) {
+        Some(e) => match interval_micros(&eval(s, e).await?) {
+            Some(m) => m?,
+            None => {
+                super::ddl::parse_chunk_interval(&super::ddl::literal_text(e).unwrap_or_default())?
+            }
+        },
+        None => DEFAULT_SCHEDULE,
+    };
+    if schedule <= 0 {
+        return Err(Error::sql("22023", "schedule_interval must be positive"));
+    }
+    let policy = Retention {
+        drop_after_micros,
+        schedule_interval_micros: schedule,
+        drop_after_text: super::ddl::literal_text(drop_after)
+            .unwrap_or_else(|| drop_after.to_string()),
+    };
+    let db = s.db.clone();
+    let job = s.engine.catalog.update(|m| {
+        let t = m
+            .database_mut(&db)?
+            .tables
+            .get_mut(&table.name)
+            .ok_or_else(|| Error::UndefinedTable(table.name.clone()))?;
+        if let Some(old) = &t.retention {
+            if if_not_exists {
+                if old.drop_after_micros != policy.drop_after_micros {
+                    tracing::warn!(table = %t.name, "retention policy already exists with other arguments");
+                }
+                return Ok(t.retention_job_id());
+            }
+            return Err(Error::sql(
+                "42710",
+                format!(
+                    "retention policy already exists for hypertable \"{}\"",
+                    t.name
+                ),
+            ));
+        }
+        Arc::make_mut(t).retention = Some(policy.clone());
+        Ok(t.retention_job_id())
+    })?;
+    s.engine.jobs.schedule_now(job);
+    int_column("add_retention_policy", Some(job))
+}
+
+/// Runs due retention jobs until shutdown: each policy runs once when added (or at
+/// start-up) and then every `schedule_interval`.
+pub async fn run_jobs(engine: Arc<Engine>) {
+    loop {
+        tokio::select! {
+            _ = engine.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {},
+        }
+        let m = engine.catalog.snapshot();
+        for (db, d) in &m.databases {
+            for t in d.tables.values() {
+                let Some(r) = &t.retention else { continue };
+                let job = t.retention_job_id();
+                if !engine.jobs.due(job, r.schedule_interval_micros) {
+                    continue;
+                }
+                let older = now_micros() - r.drop_after_micros;
+                match drop_chunks(&engine, db, &t.name, Some(older), None).await {
+                    Ok(dropped) => engine.jobs.finished(job, true, dropped.len()),
+                    Err(e) => {
+                        tracing::error!(job, table = %t.name, error = %e, "retention job failed");
+                        engine.jobs.finished(job, false, 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `CALL run_job(job_id)`: runs a retention job now, in this session.
+pub async fn run_job(s: &Session, f: &ast::Function) -> Result<Output> {
+    let args = match &f.args {
+        ast::FunctionArguments::List(l) => l.args.clone(),
+        _ => vec![],
+    };
+    let a = Args::new("run_job", &args, &["job_id"])?;
+    let id: i64 = a
+        .get(0)
+        .and_then(super::ddl::literal_text)
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| Error::sql("42883", "run_job(job_id integer)"))?;
+    let m = s.engine.catalog.snapshot();
+    let found = m.databases.iter().find_map(|(db, d)| {
+        d.tables
+            .values()
+            .find(|t| t.retention.is_some() && t.retention_job_id() == id)
+            .map(|t| (db.clone(), t.clone()))
+    });
+    let Some((db, t)) = found else {
+        return Err(Error::sql("42704", format!("job {id} not found")));
+    };
+    let r = t.retention.clone().unwrap_or_else(|| Retention {
+        drop_after_micros: i64::MAX,
+        schedule_interval_micros: DEFAULT_SCHEDULE,
+        drop_after_text: String::new(),
+    });
+    let older = now_micros().saturating_sub(r.drop_after_micros);
+    let res = drop_chunks(&s.engine, &db, &t.name, Some(older), None).await;
+    s.engine
+        .jobs
+        .finished(id, res.is_ok(), res.as_ref().map(|d| d.len()).unwrap_or(0));
+    res?;
+    Ok(Output::Command("CALL".into()))
+}
+
+/// `DELETE FROM t [WHERE ...]`: files whose statistics show every row matches are
+/// dropped, files that may hold matching rows are rewritten without them.
+pub async fn delete(s: &Session, del: &ast::Delete) -> Result<Output> {
+    if del.using.is_some() || del.returning.is_some() || del.limit.is_some() {
+        return Err(Error::NotSupported(
+            "DELETE with USING, RETURNING or LIMIT".into(),
+        ));
+    }
+    let from = match &del.from {
+        ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) => f,
+    };
+    let [twj] = from.as_slice() else {
+        return Err(Error::NotSupported("DELETE from several tables".into()));
+    };
+    let ast::TableFactor::Table { name, .. } = &twj.relation else {
+        return Err(Error::NotSupported("DELETE from a non-table".into()));
+    };
+    if !twj.joins.is_empty() {
+        return Err(Error::NotSupported("DELETE with joins".into()));
+    }
+    let table_name = super::ddl::table_name(name)?;
+    s.engine.writer.flush_all().await?;
+    let m = s.engine.catalog.snapshot();
+    let t = m.table(&s.db, &table_name)?.clone();
+    let Some(selection) = &del.selection else {
+        let n = truncate_table(&s.engine, &t)?;
+        return Ok(Output::Command(format!("DELETE {n}")));
+    };
+    let schema = t.schema();
+    let df_schema = DFSchema::try_from_qualified_schema(table_name.as_str(), &schema)?;
+    let state = s.ctx.state();
+    let logical = state.create_logical_expr(&selection.to_string(), &df_schema)?;
+    let pred = state.create_physical_expr(logical.clone(), &df_schema)?;
+    let negated =
+        state.create_physical_expr(datafusion::logical_expr::not(logical.clone()), &df_schema)?;
+    let may_match = crate::query::provider::files_may_match(&schema, pred.clone(), &t.files);
+    // NOT(pred) impossible by statistics, and no NULLs in the referenced columns
+    // (where pred would be NULL, the row stays): every row of the file matches.
+    let may_survive = crate::query::provider::files_may_match(&schema, negated, &t.files);
+    let refs: Vec<String> = logical
+        .column_refs()
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    let mut edits: Vec<(u64, Option<FileMeta>)> = vec![];
+    let mut old_paths = vec![];
+    let mut deleted = 0u64;
+    for (i, f) in t.files.iter().enumerate() {
+        if !may_match[i] {
+            continue;
+        }
+        let no_nulls = refs.iter().all(|c| {
+            f.stats
+                .iter()
+                .find(|st| &st.column == c)
+                .is_some_and(|st| st.null_count == Some(0))
+        });
+        if !may_survive[i] && no_nulls {
+            deleted += f.rows;
+            edits.push((f.id, None));
+            old_paths.push(f.path.clone());
+            continue;
+        }
+        let (replacement, n) = rewrite_without(&s.engine, &s.db, &t, f, &pred).await?;
+        if n == 0 {
+            if let Some(r) = replacement {
+                let _ = s
+                    .engine
+                    .store
+                    .delete(&object_store::path::Path::from(r.path.as_str()))
+                    .await;
+            }
+            continue;
+        }
+        deleted += n;
+        edits.push((f.id, replacement));
+        old_paths.push(f.path.clone());
+    }
+    if !edits.is_empty() {
+        s.engine.writer.edit_files(t.id, edits)?;
+        delete_later(s.engine.store.clone(), old_paths);
+    }
+    Ok(Output::Command(format!("DELETE {deleted}")))
+}
+
+/// Writes `f` again without the rows where `pred` is true. Returns the new file
+/// (None when no row is left) and how many rows were removed.
+async fn rewrite_without(
+    engine: &Engine,
+    db: &str,
+    t: &TableDef,
+    f: &FileMeta,
+    pred: &Arc<dyn PhysicalExpr>,
+) -> Result<(Option<FileMeta>, u64)> {
+    let path = object_store::path::Path::from(f.path.as_str());
+    let data: Bytes = engine.store.get(&path).await?.bytes().await?;
+    let schema = t.schema();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(data)?.build()?;
+    let mut buf = Vec::new();
+    let mut writer = ArrowWriter::try_new(
+        &mut buf,
+        schema.clone(),
+        Some(writer_props(t, FLUSH_ZSTD_LEVEL)),
+    )?;
+    let mut stats = StatsAccumulator::new(schema.clone())?;
+    let (mut kept, mut removed) = (0u64, 0u64);
+    for batch in reader {
+        let batch = adapt_batch(&batch?, &schema)?;
+        let n = batch.num_rows();
+        let hit = pred.evaluate(&batch)?.into_array(n)?;
+        let hit = hit.as_boolean();
+        let keep: BooleanArray = (0..n)
+            .map(|i| Some(!(hit.is_valid(i) && hit.value(i))))
+            .collect();
+        let out = arrow::compute::filter_record_batch(&batch, &keep)?;
+        removed += (n - out.num_rows()) as u64;
+        if out.num_rows() > 0 {
+            kept += out.num_rows() as u64;
+            stats.update(&out)?;
+            writer.write(&out)?;
+        }
+    }
+    writer.close()?;
+    if removed == 0 || kept == 0 {
+        return Ok((None, removed));
+    }
+    let id = engine.catalog.update(|m| Ok(m.alloc_id()))?;
+    let new_path = file_path(db, t.id, f.chunk_start, id);
+    let bytes = buf.len() as u64;
+    engine.store.put(&new_path, PutPayload::from(buf)).await?;
+    Ok((
+        Some(FileMeta {
+            id,
+            chunk_start: f.chunk_start,
+            path: new_path.to_string(),
+            rows: kept,
+            bytes,
+            stats: stats.finish()?,
+        }),
+        removed,
+    ))
+}
+
+/// Removes every file of `t` (memtables must have been flushed). Returns the rows.
+fn truncate_table(engine: &Engine, t: &TableDef) -> Result<u64> {
+    let rows = t.files.iter().map(|f| f.rows).sum();
+    if !t.files.is_empty() {
+        engine
+            .writer
+            .edit_files(t.id, t.files.iter().map(|f| (f.id, None)).collect())?;
+        delete_later(
+            engine.store.clone(),
+            t.files.iter().map(|f| f.path.clone()).collect(),
+        );
+    }
+    Ok(rows)
+}
+
+/// `TRUNCATE [TABLE] t [, ...]`.
+pub async fn truncate(s: &Session, names: &[ast::ObjectName]) -> Result<Output> {
+    s.engine.writer.flush_all().await?;
+    for n in names {
+        let name = super::ddl::table_name(n)?;
+        let t = s.engine.catalog.snapshot().table(&s.db, &name)?.clone();
+        truncate_table(&s.engine, &t)?;
+    }
+    Ok(Output::Command("TRUNCATE TABLE".into()))
+}
+
+/// Evaluates a constant logical expression (a table function argument).
+fn const_value(e: &datafusion::logical_expr::Expr) -> datafusion::error::Result<ScalarValue> {
+    let props = datafusion::execution::context::ExecutionProps::new();
+    let phys = datafusion::physical_expr::create_physical_expr(
+        e,
+        &DFSchema::empty(),
+        &props,
+        &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default(),
+    )?;
+    let batch = RecordBatch::try_new_with_options(
+        Arc::new(Schema::empty()),
+        vec![],
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
+    )?;
+    let arr = phys.evaluate(&batch)?.into_array(1)?;
+    ScalarValue::try_from_array(&arr, 0)
+}
+
+fn df_err(e: Error) -> datafusion::error::DataFusionError {
+    datafusion::error::DataFusionError::External(Box::new(e))
+}
+
+/// Table functions and scalar functions over the catalog, usable anywhere in a
+/// query: `SELECT * FROM show_chunks('t')`, `pg_size_pretty(hypertable_size('t'))`.
+#[derive(Debug)]
+struct ChunkFn {
+    name: &'static str,
+    engine: Arc<Engine>,
+    db: String,
+}
+
+impl ChunkFn {
+    fn table(
+        &self,
+        e: Option<&datafusion::logical_expr::Expr>,
+    ) -> datafusion::error::Result<Arc<TableDef>> {
+        let name = match e.map(const_value).transpose()? {
+            Some(ScalarValue::Utf8(Some(n))) | Some(ScalarValue::Utf8View(Some(n))) => n,
+            _ => return Err(df_err(signature_error(self.name))),
+        };
+        let name = super::ddl::regclass_name(&Expr::value(ast::Value::SingleQuotedString(name)))
+            .map_err(df_err)?;
+        let m = self.engine.catalog.snapshot();
+        let t = m.table(&self.db, &name).map_err(df_err)?.clone();
+        if !t.is_hypertable() {
+            return Err(df_err(Error::sql(
+                "TS102",
+                format!("table \"{name}\" is not a hypertable"),
+            )));
+        }
+        Ok(t)
+    }
+}
+
+impl datafusion::catalog::TableFunctionImpl for ChunkFn {
+    fn call_with_args(
+        &self,
+        args: datafusion::catalog::TableFunctionArgs,
+    ) -> datafusion::error::Result<Arc<dyn datafusion::datasource::TableProvider>> {
+        let exprs = args.exprs();
+        let t = self.table(exprs.first())?;
+        let bound = |i: usize| -> datafusion::error::Result<Option<i64>> {
+            match exprs.get(i) {
+                Some(e) => bound_of(const_value(e)?).map_err(df_err),
+                None => Ok(None),
+            }
+        };
+        let schema = result_schema(self.name);
+        let columns: Vec<Arc<dyn Array>> = match self.name {
+            "show_chunks" => {
+                let starts = select_chunks(&self.engine, &t, bound(1)?, bound(2)?);
+                vec![Arc::new(StringArray::from(
+                    starts.iter().map(|c| qualified(&t, *c)).collect::<Vec<_>>(),
+                ))]
+            }
+            "hypertable_detailed_size" => {
+                let b = table_bytes(&t);
+                vec![
+                    Arc::new(Int64Array::from(vec![b])),
+                    Arc::new(Int64Array::from(vec![0])),
+                    Arc::new(Int64Array::from(vec![0])),
+                    Arc::new(Int64Array::from(vec![b])),
+                    Arc::new(StringArray::from(vec![None::<String>])),
+                ]
+            }
+            _ => {
+                let (names, sizes) = chunk_sizes(&self.engine, &t);
+                let n = names.len();
+                vec![
+                    Arc::new(StringArray::from(vec!["_timescaledb_internal"; n])),
+                    Arc::new(StringArray::from(names)),
+                    Arc::new(Int64Array::from(sizes.clone())),
+                    Arc::new(Int64Array::from(vec![0; n])),
+                    Arc::new(Int64Array::from(vec![0; n])),
+                    Arc::new(Int64Array::from(sizes)),
+                    Arc::new(StringArray::from(vec![None::<String>; n])),
+                ]
+            }
+        };
+        let batch = RecordBatch::try_new(schema.clone(), columns)?;
+        Ok(Arc::new(datafusion::datasource::MemTable::try_new(
+            schema,
+            vec![vec![batch]],
+        )?))
+    }
+}
+
+/// Chunk names and their file bytes.
+fn chunk_sizes(engine: &Engine, t: &TableDef) -> (Vec<String>, Vec<i64>) {
+    chunk_starts(engine, t)
+        .into_iter()
+        .map(|start| {
+            (
+                t.chunk_name(start),
+                t.files
+                    .iter()
+                    .filter(|f| f.chunk_start == start)
+                    .map(|f| f.bytes as i64)
+                    .sum::<i64>(),
+            )
+        })
+        .unzip()
+}
+
+/// `hypertable_size(t)` and `approximate_row_count(t)` as scalar functions.
+#[derive(Debug)]
+struct SizeFn {
+    inner: ChunkFn,
+    signature: datafusion::logical_expr::Signature,
+}
+
+impl PartialEq for SizeFn {
+    fn eq(&self, o: &Self) -> bool {
+        self.inner.name == o.inner.name && Arc::ptr_eq(&self.inner.engine, &o.inner.engine)
+    }
+}
+impl Eq for SizeFn {}
+impl std::hash::Hash for SizeFn {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.inner.name.hash(h)
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for SizeFn {
+    fn name(&self) -> &str {
+        self.inner.name
+    }
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Int64)
+    }
+    fn invoke_with_args(
+        &self,
+        args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> datafusion::error::Result<datafusion::logical_expr::ColumnarValue> {
+        let names = datafusion::logical_expr::ColumnarValue::values_to_arrays(&args.args)?;
+        let names = arrow::compute::cast(&names[0], &DataType::Utf8)?;
+        let names = names.as_string::<i32>();
+        let mut out = Vec::with_capacity(names.len());
+        for i in 0..names.len() {
+            if names.is_null(i) {
+                out.push(None);
+                continue;
+            }
+            let lit = datafusion::logical_expr::lit(names.value(i));
+            let t = self.inner.table(Some(&lit))?;
+            out.push(Some(match self.inner.name {
+                "hypertable_size" => table_bytes(&t),
+                _ => row_count(&self.inner.engine, &t),
+            }));
+        }
+        let arr: Arc<dyn Array> = Arc::new(Int64Array::from(out));
+        crate::sql::functions::columnar(
+            arr,
+            args.args
+                .iter()
+                .all(|a| matches!(a, datafusion::logical_expr::ColumnarValue::Scalar(_))),
+        )
+    }
+}
+
+/// Registers the table and scalar forms of the catalog functions on a connection.
+pub fn register(ctx: &datafusion::prelude::SessionContext, engine: &Arc<Engine>, db: &str) {
+    let f = |name| ChunkFn {
+        name,
+        engine: engine.clone(),
+        db: db.to_string(),
+    };
+    for name in [
+        "show_chunks",
+        "hypertable_detailed_size",
+        "chunks_detailed_size",
+    ] {
+        ctx.register_udtf(name, Arc::new(f(name)));
+    }
+    for name in ["hypertable_size", "approximate_row_count"] {
+        ctx.register_udf(datafusion::logical_expr::ScalarUDF::from(SizeFn {
+            inner: f(name),
+            signature: datafusion::logical_expr::Signature::exact(
+                vec![DataType::Utf8],
+                datafusion::logical_expr::Volatility::Volatile,
+            ),
+        }));
+    }
+}
