@@ -3,6 +3,7 @@
 //! and return rows or a command tag.
 
 pub mod chunks;
+pub mod copy;
 pub mod ddl;
 pub mod functions;
 pub mod insert;
@@ -35,6 +36,13 @@ pub enum Output {
     /// `BEGIN` / `COMMIT` / `ROLLBACK`.
     TxStart(String),
     TxEnd(String),
+    /// `COPY ... FROM STDIN`: the client sends the data next.
+    CopyIn(Box<copy::CopyIn>),
+    /// `COPY ... TO STDOUT`: column count and the rows as COPY lines.
+    CopyOut(
+        usize,
+        futures::stream::BoxStream<'static, Result<bytes::Bytes>>,
+    ),
 }
 
 /// A statement ready to execute (the extended protocol keeps these across Binds).
@@ -606,6 +614,9 @@ impl Session {
     }
 
     async fn execute_native(&self, stmt: &Statement) -> Result<Output> {
+        if copy::handles(stmt) {
+            return copy::start(self, stmt).await;
+        }
         if let Some(out) = session::execute(self, stmt)? {
             return Ok(out);
         }
@@ -669,5 +680,5 @@ fn infer_placeholders(
 
 /// Statements Sundial runs itself rather than through DataFusion.
 fn is_native(stmt: &Statement) -> bool {
-    session::handles(stmt) || ddl::handles(stmt)
+    session::handles(stmt) || ddl::handles(stmt) || copy::handles(stmt)
 }

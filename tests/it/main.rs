@@ -1,3 +1,4 @@
+mod copy;
 mod durability;
 mod errors;
 mod harness;

@@ -19,9 +19,10 @@ use pgwire::api::auth::{
     save_startup_parameters_to_metadata,
 };
 use pgwire::api::cancel::CancelHandler;
+use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
@@ -30,6 +31,7 @@ use pgwire::api::{
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -159,6 +161,8 @@ struct Conn {
     session: Session,
     /// Cancel token of the statement running now.
     cancel: Mutex<CancellationToken>,
+    /// A `COPY ... FROM STDIN` receiving data.
+    copy: Mutex<Option<Box<sql::copy::CopyIn>>>,
 }
 
 /// Cancel tokens by backend pid, with their secret keys.
@@ -254,6 +258,7 @@ impl StartupHandler for Handler {
         let c = Arc::new(Conn {
             session,
             cancel: Mutex::new(CancellationToken::new()),
+            copy: Mutex::new(None),
         });
         self.registry
             .lock()
@@ -362,6 +367,16 @@ fn to_response(c: &Conn, out: Output, format: &Format) -> PgWireResult<Response>
         Output::Command(tag) => Response::Execution(tag_of(&tag)),
         Output::TxStart(tag) => Response::TransactionStart(Tag::new(&tag)),
         Output::TxEnd(tag) => Response::TransactionEnd(Tag::new(&tag)),
+        Output::CopyIn(state) => {
+            let n = state.columns();
+            *c.copy.lock() = Some(state);
+            Response::CopyIn(CopyResponse::new(0, n, futures::stream::empty()))
+        }
+        Output::CopyOut(n, stream) => Response::CopyOut(CopyResponse::new(
+            0,
+            n,
+            stream.map(|r| r.map(CopyData::new).map_err(to_pg)),
+        )),
         Output::Rows(schema, stream) => {
             let fields = Arc::new(fields_for(&schema, format)?);
             let tz = c
@@ -676,7 +691,68 @@ pub struct Factory {
     handler: Arc<Handler>,
 }
 
+#[async_trait]
+impl CopyHandler for Handler {
+    async fn on_copy_data<C>(&self, client: &mut C, data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let c = conn_of(client)?;
+        if let Some(state) = c.copy.lock().as_mut() {
+            state.feed(&data.data);
+        }
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let c = conn_of(client)?;
+        let state = c.copy.lock().take();
+        let Some(state) = state else {
+            return Err(to_pg(Error::Internal("no COPY in progress".into())));
+        };
+        let _active = Active::new(&self.active);
+        let table = state.table.clone();
+        let (batch, rows) = state.finish().map_err(to_pg)?;
+        c.session
+            .engine
+            .writer
+            .write(&table, batch)
+            .await
+            .map_err(to_pg)?;
+        let tag = Tag::new("COPY").with_rows(rows as usize);
+        client
+            .send(PgWireBackendMessage::CommandComplete(tag.into()))
+            .await?;
+        Ok(())
+    }
+
+    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let Ok(c) = conn_of(client) {
+            c.copy.lock().take();
+        }
+        to_pg(Error::sql(
+            "57014",
+            format!("COPY from stdin failed: {}", fail.message),
+        ))
+    }
+}
+
 impl PgWireServerHandlers for Factory {
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
+        self.handler.clone()
+    }
     fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
         self.handler.clone()
     }
