@@ -51,6 +51,15 @@ impl Jobs {
         true
     }
 
+    /// Records the start of a run outside the schedule (`run_job`).
+    pub fn started(&self, job: i64) {
+        self.state
+            .lock()
+            .entry(job)
+            .or_default()
+            .last_run_started_at = Some(now());
+    }
+
     /// Records the end of a run.
     pub fn finished(&self, job: i64, ok: bool, dropped: usize) {
         let mut st = self.state.lock();

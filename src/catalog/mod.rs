@@ -13,7 +13,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
-pub use types::SqlType;
+pub use types::{ANY_NUMERIC_SCALE, SqlType};
 
 use crate::error::{Error, Result};
 

@@ -11,6 +11,11 @@ use crate::error::{Error, Result};
 /// The UTC time-zone name stored on `timestamptz` Arrow types.
 pub const UTC: &str = "UTC";
 
+/// Fractional digits kept by a `numeric` column declared without a scale. Arrow
+/// decimals have one scale per column, PostgreSQL one per value: such columns keep
+/// 10 digits and print without trailing zeros (`12.50` reads back as `12.5`).
+pub const ANY_NUMERIC_SCALE: i8 = 10;
+
 /// A column type in PostgreSQL terms.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
@@ -23,6 +28,9 @@ pub enum SqlType {
     Float8,
     /// `numeric(p, s)`: a 128-bit decimal.
     Numeric(u8, i8),
+    /// `numeric` without precision: a 128-bit decimal with [`ANY_NUMERIC_SCALE`]
+    /// fractional digits, printed without trailing zeros.
+    NumericAny,
     Text,
     Varchar(Option<u32>),
     Bytea,
@@ -42,6 +50,7 @@ impl SqlType {
             SqlType::Float4 => DataType::Float32,
             SqlType::Float8 => DataType::Float64,
             SqlType::Numeric(p, s) => DataType::Decimal128(*p, *s),
+            SqlType::NumericAny => DataType::Decimal128(38, ANY_NUMERIC_SCALE),
             SqlType::Text | SqlType::Varchar(_) => DataType::Utf8,
             SqlType::Bytea => DataType::Binary,
             SqlType::Date => DataType::Date32,
@@ -99,7 +108,7 @@ impl SqlType {
                 _ => SqlType::Float8,
             },
             "numeric" | "decimal" => match (num(0)?, num(1)?) {
-                (None, _) => SqlType::Float8,
+                (None, _) => SqlType::NumericAny,
                 (Some(p), s) => {
                     let s = s.unwrap_or(0);
                     if !(1..=38).contains(&p) || s < 0 || s > p {
@@ -139,6 +148,7 @@ impl SqlType {
             SqlType::Float4 => "real".into(),
             SqlType::Float8 => "double precision".into(),
             SqlType::Numeric(p, s) => format!("numeric({p},{s})"),
+            SqlType::NumericAny => "numeric".into(),
             SqlType::Text => "text".into(),
             SqlType::Varchar(None) => "character varying".into(),
             SqlType::Varchar(Some(n)) => format!("character varying({n})"),
@@ -160,6 +170,7 @@ impl From<SqlType> for String {
             SqlType::Float4 => "float4".into(),
             SqlType::Float8 => "float8".into(),
             SqlType::Numeric(p, s) => format!("numeric({p},{s})"),
+            SqlType::NumericAny => "numeric".into(),
             SqlType::Text => "text".into(),
             SqlType::Varchar(None) => "varchar".into(),
             SqlType::Varchar(Some(n)) => format!("varchar({n})"),

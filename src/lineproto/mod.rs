@@ -232,10 +232,13 @@ fn accepts(table: &TableDef, col: &ColumnDef, kind: Kind) -> bool {
         Kind::UInt if lp_table => matches!(t, SqlType::Numeric(_, _)),
         Kind::Float => matches!(
             t,
-            SqlType::Float4 | SqlType::Float8 | SqlType::Numeric(_, _)
+            SqlType::Float4 | SqlType::Float8 | SqlType::Numeric(_, _) | SqlType::NumericAny
         ),
         Kind::Int | Kind::UInt => {
-            matches!(t, SqlType::Int8 | SqlType::Float8 | SqlType::Numeric(_, _))
+            matches!(
+                t,
+                SqlType::Int8 | SqlType::Float8 | SqlType::Numeric(_, _) | SqlType::NumericAny
+            )
         }
     }
 }
@@ -331,7 +334,7 @@ fn builder_kind(table: &TableDef, def: &ColumnDef, given: Kind) -> Kind {
     match &def.sql_type {
         SqlType::Float4 | SqlType::Float8 => Kind::Float,
         SqlType::Numeric(_, _) if table.line_protocol => Kind::UInt,
-        SqlType::Numeric(_, _) => Kind::Float,
+        SqlType::Numeric(_, _) | SqlType::NumericAny => Kind::Float,
         SqlType::Int2 | SqlType::Int4 | SqlType::Int8 => Kind::Int,
         SqlType::Bool => Kind::Bool,
         _ => given,

@@ -170,6 +170,7 @@ pub async fn call(s: &Session, name: &str, args: &[FunctionArg]) -> Result<Outpu
             }
             let older = time_bound(s, a.get(1)).await?;
             let newer = time_bound(s, a.get(2)).await?;
+            check_range(older, newer)?;
             if name == "show_chunks" {
                 let starts = select_chunks(&s.engine, &table, older, newer);
                 let names = starts.iter().map(|c| qualified(&table, *c)).collect();
@@ -314,6 +315,17 @@ pub fn chunk_starts(engine: &Engine, t: &TableDef) -> BTreeSet<i64> {
         );
     }
     s
+}
+
+/// TimescaleDB rejects `older_than <= newer_than` (an empty or inverted range).
+fn check_range(older: Option<i64>, newer: Option<i64>) -> Result<()> {
+    match (older, newer) {
+        (Some(o), Some(n)) if o <= n => Err(Error::sql(
+            "22023",
+            "invalid time range. Hint: The start of the time range must be before the end.",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Chunks entirely before `older` (end ≤ older) and entirely after `newer`
@@ -482,19 +494,20 @@ async fn add_retention_policy(s: &Session, args: &[FunctionArg]) -> Result<Outpu
         ));
     }
     let drop_after = a.get(1).ok_or_else(|| signature_error(name))?;
-    let drop_after_micros = match interval_micros(&eval(s, drop_after).await?) {
-        Some(m) => m?,
-        None => match super::ddl::literal_text(drop_after)
-            .map(|t| super::ddl::parse_chunk_interval(&t))
+    let bad_drop_after = || {
+        Error::sql(
+            "22023",
+            "invalid value for drop_after. Hint: drop_after must be an interval for a hypertable partitioned by time",
+        )
+    };
+    let drop_after_micros = match eval(s, drop_after).await? {
+        v if interval_micros(&v).is_some() => interval_micros(&v).ok_or_else(bad_drop_after)??,
+        ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t))
+            if t.trim().contains(|c: char| c.is_ascii_alphabetic()) =>
         {
-            Some(Ok(m)) => m,
-            _ => {
-                return Err(Error::sql(
-                    "22023",
-                    "invalid value for drop_after. Hint: drop_after must be an interval for a hypertable partitioned by time",
-                ));
-            }
-        },
+            super::ddl::parse_chunk_interval(&t).map_err(|_| bad_drop_after())?
+        }
+        _ => return Err(bad_drop_after()),
     };
     let if_not_exists = a
         .get(2)
@@ -527,10 +540,10 @@ async fn add_retention_policy(s: &Session, args: &[FunctionArg]) -> Result<Outpu
             .ok_or_else(|| Error::UndefinedTable(table.name.clone()))?;
         if let Some(old) = &t.retention {
             if if_not_exists {
-                if old.drop_after_micros != policy.drop_after_micros {
-                    tracing::warn!(table = %t.name, "retention policy already exists with other arguments");
-                }
-                return Ok(t.retention_job_id());
+                // TimescaleDB: a NOTICE and -1.
+                tracing::info!(table = %t.name, same = old.drop_after_micros == policy.drop_after_micros,
+                    "retention policy already exists, skipping");
+                return Ok(-1);
             }
             return Err(Error::sql(
                 "42710",
@@ -543,7 +556,9 @@ async fn add_retention_policy(s: &Session, args: &[FunctionArg]) -> Result<Outpu
         Arc::make_mut(t).retention = Some(policy.clone());
         Ok(t.retention_job_id())
     })?;
-    s.engine.jobs.schedule_now(job);
+    if job > 0 {
+        s.engine.jobs.schedule_now(job);
+    }
     int_column("add_retention_policy", Some(job))
 }
 
@@ -603,6 +618,7 @@ pub async fn run_job(s: &Session, f: &ast::Function) -> Result<Output> {
         schedule_interval_micros: DEFAULT_SCHEDULE,
         drop_after_text: String::new(),
     });
+    s.engine.jobs.started(id);
     let older = now_micros().saturating_sub(r.drop_after_micros);
     let res = drop_chunks(&s.engine, &db, &t.name, Some(older), None).await;
     s.engine
@@ -851,7 +867,9 @@ impl datafusion::catalog::TableFunctionImpl for ChunkFn {
         let schema = result_schema(self.name);
         let columns: Vec<Arc<dyn Array>> = match self.name {
             "show_chunks" => {
-                let starts = select_chunks(&self.engine, &t, bound(1)?, bound(2)?);
+                let (older, newer) = (bound(1)?, bound(2)?);
+                check_range(older, newer).map_err(df_err)?;
+                let starts = select_chunks(&self.engine, &t, older, newer);
                 vec![Arc::new(StringArray::from(
                     starts.iter().map(|c| qualified(&t, *c)).collect::<Vec<_>>(),
                 ))]

@@ -1,4 +1,6 @@
+mod chunks;
 mod copy;
+mod drivers;
 mod durability;
 mod errors;
 mod harness;

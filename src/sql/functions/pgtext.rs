@@ -76,6 +76,17 @@ impl ScalarUDFImpl for PgText {
     }
 }
 
+/// A decimal's text without trailing fractional zeros (`12.5000000000` → `12.5`).
+pub fn trimmed_decimal(v: i128, scale: i8) -> String {
+    use arrow::datatypes::DecimalType;
+    let text = arrow::datatypes::Decimal128Type::format_decimal(v, 38, scale);
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
 /// Replaces text-format columns of those types by their PostgreSQL text.
 pub fn pg_text_batch(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordBatch> {
     let schema = batch.schema();
@@ -111,6 +122,12 @@ pub fn pg_text_batch(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
 
 fn to_text(c: &ArrayRef) -> Result<Option<ArrayRef>> {
     let out: Vec<Option<String>> = match c.data_type() {
+        DataType::Decimal128(38, s) if *s == crate::catalog::ANY_NUMERIC_SCALE => {
+            let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
+            (0..a.len())
+                .map(|i| a.is_valid(i).then(|| trimmed_decimal(a.value(i), *s)))
+                .collect()
+        }
         DataType::Float64 => {
             let a = c.as_primitive::<Float64Type>();
             (0..a.len())

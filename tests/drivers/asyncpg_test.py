@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""asyncpg driver test: named prepared statements, binary parameters and
+binary results throughout.  Usage: SUNDIAL_HOST=.. SUNDIAL_PORT=.. python3 asyncpg_test.py"""
+import asyncio
+import os
+
+import asyncpg
+
+from drvcommon import (DB, HOST, PORT, USER, ROWS, BUCKET, RANGE_START, RANGE_END,
+                       Checker, create_table_sql, bucket_sql, raw_sql,
+                       check_rows_python, check_buckets_python)
+
+TABLE = "drv_asyncpg"
+c = Checker("asyncpg")
+
+
+async def main():
+    with c.step("connect"):
+        conn = await asyncpg.connect(host=HOST, port=PORT, database=DB, user=USER,
+                                     ssl=False, timeout=10)
+    if os.environ.get("DRV_DEBUG"):
+        conn.add_query_logger(lambda r: print(f"  asyncpg query: {r.query} args={r.args}"
+                                              f" exc={r.exception!r}"))
+
+    with c.step("drop table", f"DROP TABLE IF EXISTS {TABLE}"):
+        await conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+
+    ddl = create_table_sql(TABLE)
+    with c.step("create hypertable", ddl):
+        await conn.execute(ddl)
+
+    ins = f"INSERT INTO {TABLE} (time, device, temp, reading, ok, n) VALUES ($1, $2, $3, $4, $5, $6)"
+    with c.step("insert rows with parameters (conn.execute)", ins):
+        for row in ROWS[:2]:
+            status = await conn.execute(ins, *row)
+            c.eq("insert status", status, "INSERT 0 1")
+    with c.step("insert rows with parameters (executemany)", ins):
+        await conn.executemany(ins, ROWS[2:])
+
+    q = bucket_sql(TABLE, ("$1", "$2", "$3"))
+    with c.step("prepare time_bucket query", q):
+        stmt = await conn.prepare(q)
+        c.eq("prepared param types", [t.name for t in stmt.get_parameters()],
+             ["interval", "timestamptz", "timestamptz"])
+        c.eq("prepared column names", [a.name for a in stmt.get_attributes()],
+             ["bucket", "device", "avg", "count"])
+        c.eq("prepared column types", [a.type.name for a in stmt.get_attributes()],
+             ["timestamptz", "text", "float8", "int8"])
+    with c.step("execute prepared time_bucket query 3 times", q):
+        for i in range(3):
+            check_buckets_python(c, await stmt.fetch(BUCKET, RANGE_START, RANGE_END),
+                                 f"time_bucket exec {i}")
+
+    with c.step("conn.fetch time_bucket query (implicit prepare)", q):
+        check_buckets_python(c, await conn.fetch(q, BUCKET, RANGE_START, RANGE_END))
+
+    rq = raw_sql(TABLE)
+    with c.step("select raw rows", rq):
+        rows = await conn.fetch(rq)
+        check_rows_python(c, rows)
+        if rows:
+            c.eq("record keys", list(rows[0].keys()),
+                 ["time", "device", "temp", "reading", "ok", "n"])
+
+    fq = f"SELECT reading FROM {TABLE} WHERE device = $1 AND n = $2"
+    with c.step("fetchval with text + int8 parameters", fq):
+        v = await conn.fetchval(fq, "a", 9007199254740993)
+        c.eq("fetchval reading", v, ROWS[1][3])
+
+    await conn.close()
+
+
+asyncio.run(main())
+c.finish()

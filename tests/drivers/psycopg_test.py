@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""psycopg 3 driver test: %s parameters bound server-side (extended protocol;
+psycopg sends datetime/float/int/bool parameters in binary), text results, a
+prepare=True statement, and a binary-results cursor.
+Usage: SUNDIAL_HOST=.. SUNDIAL_PORT=.. python3 psycopg_test.py"""
+import psycopg
+
+from drvcommon import (DB, HOST, PORT, USER, ROWS, BUCKET, RANGE_START, RANGE_END,
+                       Checker, create_table_sql, bucket_sql, raw_sql,
+                       check_rows_python, check_buckets_python)
+
+TABLE = "drv_psycopg"
+
+c = Checker("psycopg")
+
+with c.step("connect"):
+    conn = psycopg.connect(host=HOST, port=PORT, dbname=DB, user=USER,
+                           sslmode="disable", autocommit=True, connect_timeout=10)
+
+with c.step("drop table", f"DROP TABLE IF EXISTS {TABLE}"):
+    conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+
+ddl = create_table_sql(TABLE)
+with c.step("create hypertable", ddl):
+    conn.execute(ddl)
+
+ins = f"INSERT INTO {TABLE} (time, device, temp, reading, ok, n) VALUES (%s, %s, %s, %s, %s, %s)"
+with c.step("insert rows with parameters", ins):
+    with conn.cursor() as cur:
+        for row in ROWS[:3]:
+            cur.execute(ins, row)
+            c.eq(f"rowcount after insert {row[0]}", cur.rowcount, 1)
+        cur.executemany(ins, ROWS[3:])
+
+q = bucket_sql(TABLE, ("%s", "%s", "%s"))
+with c.step("time_bucket query with parameters", q):
+    with conn.cursor() as cur:
+        cur.execute(q, (BUCKET, RANGE_START, RANGE_END))
+        names = [d.name for d in cur.description]
+        c.eq("time_bucket column names", names, ["bucket", "device", "avg", "count"])
+        check_buckets_python(c, cur.fetchall())
+
+q2 = bucket_sql(TABLE, ("%s", "%s", "%s"))
+with c.step("time_bucket query, prepared server-side (prepare=True)", q2):
+    with conn.cursor() as cur:
+        for _ in range(3):
+            cur.execute(q2, ("1 hour", RANGE_START, RANGE_END), prepare=True)
+            check_buckets_python(c, cur.fetchall(), "prepared time_bucket")
+
+rq = raw_sql(TABLE)
+with c.step("select raw rows", rq):
+    with conn.cursor() as cur:
+        cur.execute(rq)
+        check_rows_python(c, cur.fetchall())
+
+with c.step("select raw rows, binary result format", rq):
+    with conn.cursor(binary=True) as cur:
+        cur.execute(rq)
+        check_rows_python(c, cur.fetchall())
+
+conn.close()
+c.finish()
