@@ -6,6 +6,7 @@ pub mod chunks;
 pub mod copy;
 pub mod ddl;
 pub mod functions;
+pub mod gapfill;
 pub mod insert;
 pub mod interval;
 pub mod names;
@@ -47,6 +48,8 @@ pub enum Output {
 
 /// A statement ready to execute (the extended protocol keeps these across Binds).
 #[derive(Debug, Clone)]
+// One per prepared statement: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Prepared {
     /// Planned by DataFusion; may hold `$n` placeholders. `names` are the column
     /// names PostgreSQL would give the result (DataFusion names them by expression).
@@ -54,6 +57,8 @@ pub enum Prepared {
         plan: LogicalPlan,
         is_dml: bool,
         names: Option<Vec<String>>,
+        /// `time_bucket_gapfill`: the result is completed after the plan runs.
+        gapfill: Option<Arc<gapfill::Spec>>,
     },
     /// Handled by Sundial itself.
     Native(Box<Statement>),
@@ -530,11 +535,18 @@ impl Session {
             stmt,
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
         );
+        let mut stmt = stmt;
+        let mut fill = None;
+        if let Statement::Query(q) = &mut stmt
+            && gapfill::uses_gapfill(q)
+            && let Some(draft) = gapfill::rewrite(q)?
+        {
+            fill = Some(Arc::new(draft.finish(self).await?));
+        }
         let names = match &stmt {
             Statement::Query(q) => names::query_names(q),
             _ => None,
         };
-        let mut stmt = stmt;
         if let Statement::Query(q) = &mut stmt {
             names::alias_duplicates(q);
         }
@@ -548,6 +560,7 @@ impl Session {
             plan,
             is_dml,
             names,
+            gapfill: fill,
         })
     }
 
@@ -563,6 +576,7 @@ impl Session {
                 plan,
                 is_dml,
                 names,
+                gapfill: fill,
             } => {
                 let plan = match params {
                     Some(p) => plan.clone().with_param_values(p)?,
@@ -584,6 +598,22 @@ impl Session {
                 }
                 let schema =
                     names::rename(Arc::new(df.schema().as_arrow().clone()), names.as_deref());
+                if let Some(spec) = fill {
+                    let schema = gapfill::nullable(&schema);
+                    let plain = Arc::new(df.schema().as_arrow().clone());
+                    let batches = df.collect().await?;
+                    let batch = arrow::compute::concat_batches(&plain, &batches)?;
+                    let filled = gapfill::apply(spec, batch)?;
+                    let filled = arrow::array::RecordBatch::try_new(
+                        schema.clone(),
+                        filled.columns().to_vec(),
+                    )?;
+                    let stream = datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                        schema.clone(),
+                        futures::stream::iter(vec![Ok(filled)]),
+                    );
+                    return Ok(Output::Rows(schema, Box::pin(stream)));
+                }
                 let stream = df.execute_stream().await?;
                 Ok(Output::Rows(schema, stream))
             }

@@ -12,7 +12,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
 use async_trait::async_trait;
-use futures::{Sink, SinkExt, Stream, StreamExt};
+use futures::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use parking_lot::Mutex;
 use pgwire::api::auth::{
     ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
@@ -447,7 +447,12 @@ impl SimpleQueryHandler for Handler {
         let mut out = vec![];
         for stmt in stmts {
             let started = std::time::Instant::now();
-            let res = c.session.run_statement(stmt).await;
+            let res = std::panic::AssertUnwindSafe(c.session.run_statement(stmt))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::Internal("the statement failed unexpectedly".into()))
+                });
             metrics.sql_query(started.elapsed(), res.is_err());
             match res {
                 Ok(o) => out.push(to_response(&c, o, &Format::UnifiedText)?),
@@ -530,6 +535,7 @@ fn result_schema(p: &Prepared) -> Option<SchemaRef> {
             plan,
             is_dml,
             names,
+            ..
         } => {
             if *is_dml {
                 None
@@ -648,7 +654,10 @@ impl ExtendedQueryHandler for Handler {
             Some(coerce_params(values, &types).map_err(to_pg)?)
         };
         let started = std::time::Instant::now();
-        let out = c.session.execute(prepared, params).await;
+        let out = std::panic::AssertUnwindSafe(c.session.execute(prepared, params))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(Error::Internal("the statement failed unexpectedly".into())));
         c.session
             .engine
             .metrics

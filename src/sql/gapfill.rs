@@ -1,0 +1,720 @@
+//! TimescaleDB's gap filling: `time_bucket_gapfill(width, ts [, start, finish])`
+//! with `locf(agg [, prev, treat_null_as_missing])` and `interpolate(agg)`. The query
+//! runs with `time_bucket` in place of `time_bucket_gapfill`; its result is then
+//! completed with a row for every missing bucket of every group between start and
+//! finish (taken from the WHERE clause when not given), and sorted again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, new_null_array};
+use arrow::compute::{SortColumn, SortOptions, lexsort_to_indices, take};
+use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
+use arrow::row::{RowConverter, SortField};
+use datafusion::common::ScalarValue;
+use datafusion::sql::sqlparser::ast::{self, Expr, FunctionArg, FunctionArgExpr, SelectItem};
+
+use super::Session;
+use crate::error::{Error, Result};
+
+/// How a column of filled rows gets its value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fill {
+    /// NULL (plain aggregates).
+    Null,
+    /// The previous bucket's value; NULL values are skipped if `skip_nulls`.
+    Locf { skip_nulls: bool },
+    /// Linear between the neighbouring buckets that have values.
+    Interpolate,
+}
+
+/// What [`rewrite`] found in a query.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    bucket: usize,
+    width: (i32, i32, i64),
+    start: i64,
+    finish: i64,
+    keys: Vec<usize>,
+    fills: Vec<(usize, Fill)>,
+    /// Sort after filling: (column, descending).
+    order: Vec<(usize, bool)>,
+}
+
+/// The gapfill call and its arguments, before start/finish are evaluated.
+pub struct Draft {
+    bucket: usize,
+    width: Expr,
+    ts: Expr,
+    start: Option<Expr>,
+    finish: Option<Expr>,
+    keys: Vec<usize>,
+    fills: Vec<(usize, Fill)>,
+    order: Vec<(usize, bool)>,
+}
+
+fn fname(f: &ast::Function) -> String {
+    f.name
+        .0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(|i| i.value.to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+fn args_of(f: &ast::Function) -> Vec<(Option<String>, Expr)> {
+    match &f.args {
+        ast::FunctionArguments::List(l) => l
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some((None, e.clone())),
+                FunctionArg::Named {
+                    name,
+                    arg: FunctionArgExpr::Expr(e),
+                    ..
+                } => Some((Some(name.value.to_ascii_lowercase()), e.clone())),
+                FunctionArg::ExprNamed {
+                    name: Expr::Identifier(name),
+                    arg: FunctionArgExpr::Expr(e),
+                    ..
+                } => Some((Some(name.value.to_ascii_lowercase()), e.clone())),
+                _ => None,
+            })
+            .collect(),
+        _ => vec![],
+    }
+}
+
+fn item_expr(item: &mut SelectItem) -> Option<&mut Expr> {
+    match item {
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => Some(e),
+        _ => None,
+    }
+}
+
+fn is_null(e: &Expr) -> bool {
+    matches!(e, Expr::Value(v) if matches!(v.value, ast::Value::Null))
+}
+
+fn unsupported(msg: &str) -> Error {
+    Error::sql("0A000", msg.to_string())
+}
+
+/// Whether the query uses gap filling.
+pub fn uses_gapfill(q: &ast::Query) -> bool {
+    let text = q.to_string().to_ascii_lowercase();
+    text.contains("time_bucket_gapfill") || text.contains("locf(") || text.contains("interpolate(")
+}
+
+/// Turns a gapfill query into a plain `time_bucket` query; `None` if it has no
+/// `time_bucket_gapfill` in its top-level select list.
+pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
+    let order_by: Vec<ast::OrderByExpr> = match &q.order_by {
+        Some(ast::OrderBy {
+            kind: ast::OrderByKind::Expressions(e),
+            ..
+        }) => e.clone(),
+        _ => vec![],
+    };
+    let ast::SetExpr::Select(sel) = q.body.as_mut() else {
+        return Ok(None);
+    };
+    // (column, width, ts, start, finish) of the gapfill call.
+    type Call = (usize, Expr, Expr, Option<Expr>, Option<Expr>);
+    let mut found: Option<Call> = None;
+    let mut fills = vec![];
+    let mut texts = vec![];
+    let mut aliases = vec![];
+    for (i, item) in sel.projection.iter_mut().enumerate() {
+        aliases.push(match item {
+            SelectItem::ExprWithAlias { alias, .. } => Some(alias.value.to_ascii_lowercase()),
+            _ => None,
+        });
+        let unnamed = matches!(item, SelectItem::UnnamedExpr(_));
+        let Some(e) = item_expr(item) else {
+            texts.push(String::new());
+            continue;
+        };
+        texts.push(e.to_string());
+        let Expr::Function(f) = e else { continue };
+        let name = fname(f);
+        match name.as_str() {
+            "time_bucket_gapfill" => {
+                let args = args_of(f);
+                let pos: Vec<&Expr> = args
+                    .iter()
+                    .filter(|(n, _)| n.is_none())
+                    .map(|(_, e)| e)
+                    .collect();
+                let named = |k: &str| {
+                    args.iter()
+                        .find(|(n, _)| n.as_deref() == Some(k))
+                        .map(|(_, e)| e.clone())
+                };
+                let (Some(width), Some(ts)) = (
+                    pos.first()
+                        .cloned()
+                        .cloned()
+                        .or_else(|| named("bucket_width")),
+                    pos.get(1).cloned().cloned().or_else(|| named("ts")),
+                ) else {
+                    return Err(Error::sql(
+                        "42883",
+                        "function time_bucket_gapfill with these arguments does not exist. Hint: time_bucket_gapfill(bucket_width interval, ts timestamptz [, start timestamptz, finish timestamptz])",
+                    ));
+                };
+                if pos.len() > 4 || args.iter().any(|(n, _)| n.as_deref() == Some("timezone")) {
+                    return Err(unsupported(
+                        "time_bucket_gapfill with a time zone is not supported",
+                    ));
+                }
+                let start = pos
+                    .get(2)
+                    .cloned()
+                    .cloned()
+                    .or_else(|| named("start"))
+                    .filter(|e| !is_null(e));
+                let finish = pos
+                    .get(3)
+                    .cloned()
+                    .cloned()
+                    .or_else(|| named("finish"))
+                    .filter(|e| !is_null(e));
+                if found.is_some() {
+                    return Err(unsupported(
+                        "multiple time_bucket_gapfill calls are not supported",
+                    ));
+                }
+                found = Some((i, width.clone(), ts.clone(), start, finish));
+                *e = Expr::Function(ast::Function {
+                    name: ast::ObjectName::from(vec![ast::Ident::new("time_bucket")]),
+                    uses_odbc_syntax: false,
+                    parameters: ast::FunctionArguments::None,
+                    args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+                        duplicate_treatment: None,
+                        args: vec![
+                            FunctionArg::Unnamed(FunctionArgExpr::Expr(width)),
+                            FunctionArg::Unnamed(FunctionArgExpr::Expr(ts)),
+                        ],
+                        clauses: vec![],
+                    }),
+                    filter: None,
+                    null_treatment: None,
+                    over: None,
+                    within_group: vec![],
+                });
+                if unnamed {
+                    let e = std::mem::replace(e, Expr::value(ast::Value::Null));
+                    *item = SelectItem::ExprWithAlias {
+                        expr: e,
+                        alias: ast::Ident::with_quote('"', "time_bucket_gapfill"),
+                    };
+                }
+            }
+            "locf" | "interpolate" => {
+                let args = args_of(f);
+                let Some((_, inner)) = args.first().cloned() else {
+                    return Err(Error::sql(
+                        "42883",
+                        format!("function {name}() needs a value argument"),
+                    ));
+                };
+                let fill = if name == "locf" {
+                    if args.get(1).is_some_and(|(_, e)| !is_null(e)) {
+                        return Err(unsupported("locf: the prev argument is not supported"));
+                    }
+                    let skip = args
+                        .get(2)
+                        .is_some_and(|(_, e)| e.to_string().eq_ignore_ascii_case("true"));
+                    Fill::Locf { skip_nulls: skip }
+                } else {
+                    if args.iter().skip(1).any(|(_, e)| !is_null(e)) {
+                        return Err(unsupported(
+                            "interpolate: prev and next arguments are not supported",
+                        ));
+                    }
+                    Fill::Interpolate
+                };
+                fills.push((i, fill));
+                *e = inner;
+                if unnamed {
+                    let e = std::mem::replace(e, Expr::value(ast::Value::Null));
+                    *item = SelectItem::ExprWithAlias {
+                        expr: e,
+                        alias: ast::Ident::with_quote(
+                            '"',
+                            format!("{name}{}{i}", super::names::UNIQUE_MARK),
+                        ),
+                    };
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some((bucket, width, ts, start, finish)) = found else {
+        if !fills.is_empty() {
+            return Err(Error::sql(
+                "0A000",
+                "locf/interpolate must be used together with time_bucket_gapfill",
+            ));
+        }
+        return Ok(None);
+    };
+    // Group keys: select items that appear in GROUP BY (by expression, position or alias).
+    let group: Vec<String> = match &sel.group_by {
+        ast::GroupByExpr::Expressions(es, _) => es.iter().map(|e| e.to_string()).collect(),
+        ast::GroupByExpr::All(_) => vec![],
+    };
+    let mut keys = vec![];
+    for (i, t) in texts.iter().enumerate() {
+        if i == bucket || fills.iter().any(|(c, _)| *c == i) {
+            continue;
+        }
+        let pos = (i + 1).to_string();
+        let alias = aliases[i].clone().unwrap_or_default();
+        if group
+            .iter()
+            .any(|g| g == t || *g == pos || (!alias.is_empty() && g.eq_ignore_ascii_case(&alias)))
+        {
+            keys.push(i);
+        }
+    }
+    // ORDER BY, mapped to output columns; the query itself is not sorted.
+    let mut order = vec![];
+    for o in &order_by {
+        let t = o.expr.to_string();
+        let idx = t
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .or_else(|| texts.iter().position(|x| *x == t))
+            .or_else(|| {
+                aliases
+                    .iter()
+                    .position(|a| a.as_deref() == Some(t.to_ascii_lowercase().as_str()))
+            })
+            .or_else(|| {
+                (t.eq_ignore_ascii_case(&format!("time_bucket_gapfill({}, {})", width, ts)))
+                    .then_some(bucket)
+            });
+        match idx {
+            Some(i) if i < texts.len() => order.push((i, o.options.asc == Some(false))),
+            _ => {
+                return Err(unsupported(
+                    "ORDER BY of a gapfill query must name output columns",
+                ));
+            }
+        }
+    }
+    if order.is_empty() {
+        order = keys.iter().map(|k| (*k, false)).collect();
+        order.push((bucket, false));
+    }
+    let limit = q.limit_clause.take();
+    if limit.is_some() {
+        return Err(unsupported("LIMIT on a gapfill query is not supported"));
+    }
+    q.order_by = None;
+    let (start, finish) = (
+        start.or_else(|| bound_from_where(q, &ts, true)),
+        finish.or_else(|| bound_from_where(q, &ts, false)),
+    );
+    Ok(Some(Draft {
+        bucket,
+        width,
+        ts,
+        start,
+        finish,
+        keys,
+        fills,
+        order,
+    }))
+}
+
+/// `ts >= X` / `ts > X` (start) or `ts < X` / `ts <= X` (finish) among the
+/// top-level AND terms of the WHERE clause.
+fn bound_from_where(q: &ast::Query, ts: &Expr, start: bool) -> Option<Expr> {
+    let ast::SetExpr::Select(sel) = q.body.as_ref() else {
+        return None;
+    };
+    let mut terms = vec![];
+    fn split<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
+        match e {
+            Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::And,
+                right,
+            } => {
+                split(left, out);
+                split(right, out);
+            }
+            Expr::Nested(inner) => split(inner, out),
+            other => out.push(other),
+        }
+    }
+    split(sel.selection.as_ref()?, &mut terms);
+    let ts_text = ts.to_string();
+    for t in terms {
+        match t {
+            Expr::BinaryOp { left, op, right } => {
+                use ast::BinaryOperator::*;
+                let (col_left, other) = if left.to_string() == ts_text {
+                    (true, right)
+                } else if right.to_string() == ts_text {
+                    (false, left)
+                } else {
+                    continue;
+                };
+                let is_start = match (op, col_left) {
+                    (GtEq | Gt, true) | (LtEq | Lt, false) => true,
+                    (Lt | LtEq, true) | (Gt | GtEq, false) => false,
+                    _ => continue,
+                };
+                if is_start == start {
+                    return Some(other.as_ref().clone());
+                }
+            }
+            Expr::Between {
+                expr,
+                negated: false,
+                low,
+                high,
+            } if expr.to_string() == ts_text => {
+                return Some(if start {
+                    low.as_ref().clone()
+                } else {
+                    high.as_ref().clone()
+                });
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+async fn eval(s: &Session, e: &Expr) -> Result<ScalarValue> {
+    let df = s.ctx.sql(&format!("SELECT {e}")).await?;
+    let batches = df.collect().await?;
+    match batches.iter().find(|b| b.num_rows() > 0) {
+        Some(b) => Ok(ScalarValue::try_from_array(b.column(0), 0)?),
+        None => Ok(ScalarValue::Null),
+    }
+}
+
+async fn micros(s: &Session, e: &Expr) -> Result<i64> {
+    let v = eval(s, e).await?;
+    let v = match v {
+        ScalarValue::Utf8(Some(mut t)) => {
+            super::interval::complete_seconds(&mut t);
+            ScalarValue::Utf8(Some(t))
+        }
+        other => other,
+    };
+    match v.cast_to(&DataType::Timestamp(
+        TimeUnit::Microsecond,
+        Some("UTC".into()),
+    )) {
+        Ok(ScalarValue::TimestampMicrosecond(Some(m), _)) => Ok(m),
+        _ => Err(Error::sql(
+            "22023",
+            format!("invalid time_bucket_gapfill bound: {e}"),
+        )),
+    }
+}
+
+impl Draft {
+    /// Evaluates width, start and finish.
+    pub async fn finish(self, s: &Session) -> Result<Spec> {
+        let missing = |what: &str| {
+            Error::sql(
+                "0A000",
+                format!(
+                    "missing time_bucket_gapfill argument: could not infer {what} from WHERE clause. Hint: Specify start and finish as arguments or in the WHERE clause."
+                ),
+            )
+        };
+        let start = self.start.as_ref().ok_or_else(|| missing("start"))?;
+        let finish = self.finish.as_ref().ok_or_else(|| missing("finish"))?;
+        let start = micros(s, start).await?;
+        let finish = micros(s, finish).await?;
+        let width = match eval(
+            s,
+            &Expr::Cast {
+                kind: ast::CastKind::DoubleColon,
+                expr: Box::new(self.width.clone()),
+                data_type: ast::DataType::Interval {
+                    fields: None,
+                    precision: None,
+                },
+                array: false,
+                format: None,
+            },
+        )
+        .await?
+        {
+            ScalarValue::IntervalMonthDayNano(Some(v)) => (v.months, v.days, v.nanoseconds),
+            _ => {
+                return Err(Error::sql(
+                    "22023",
+                    "time_bucket_gapfill: the width must be an interval",
+                ));
+            }
+        };
+        let _ = &self.ts;
+        Ok(Spec {
+            bucket: self.bucket,
+            width,
+            start,
+            finish,
+            keys: self.keys,
+            fills: self.fills,
+            order: self.order,
+        })
+    }
+}
+
+/// Bucket starts from the bucket of `start` up to (not including) `finish`.
+fn buckets(spec: &Spec) -> Result<Vec<i64>> {
+    let (m, d, n) = spec.width;
+    let first = crate::sql::functions::time_bucket::bucket(m, d, n, spec.start, None, 0)?;
+    let mut out = vec![];
+    let mut b = first;
+    while b < spec.finish {
+        out.push(b);
+        if out.len() > 1_000_000 {
+            return Err(Error::sql(
+                "54000",
+                "time_bucket_gapfill: more than 1,000,000 buckets per group",
+            ));
+        }
+        let next = if m != 0 {
+            let dt = chrono::DateTime::from_timestamp_micros(b)
+                .ok_or_else(|| Error::sql("22008", "timestamp out of range"))?;
+            dt.checked_add_months(chrono::Months::new(m.unsigned_abs()))
+                .ok_or_else(|| Error::sql("22008", "timestamp out of range"))?
+                .timestamp_micros()
+        } else {
+            b + d as i64 * 86_400_000_000 + n / 1000
+        };
+        if next <= b {
+            return Err(Error::sql("22023", "period must be greater than 0"));
+        }
+        b = next;
+    }
+    Ok(out)
+}
+
+/// Completes the query's result with the missing buckets and sorts it.
+pub fn apply(spec: &Spec, batch: RecordBatch) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let n = batch.num_rows();
+    let bucket_col = arrow::compute::cast(
+        batch.column(spec.bucket),
+        &DataType::Timestamp(TimeUnit::Microsecond, None),
+    )?;
+    let bucket_col = bucket_col
+        .as_primitive::<TimestampMicrosecondType>()
+        .clone();
+    // Rows by group key.
+    let key_cols: Vec<ArrayRef> = spec.keys.iter().map(|k| batch.column(*k).clone()).collect();
+    let conv = RowConverter::new(
+        key_cols
+            .iter()
+            .map(|c| SortField::new(c.data_type().clone()))
+            .collect(),
+    )?;
+    let rows = if key_cols.is_empty() {
+        None
+    } else {
+        Some(conv.convert_columns(&key_cols)?)
+    };
+    let mut groups: BTreeMap<Vec<u8>, (usize, BTreeMap<i64, usize>)> = BTreeMap::new();
+    for i in 0..n {
+        let key = rows
+            .as_ref()
+            .map(|r| r.row(i).as_ref().to_vec())
+            .unwrap_or_default();
+        let g = groups.entry(key).or_insert((i, BTreeMap::new()));
+        if bucket_col.is_valid(i) {
+            g.1.insert(bucket_col.value(i), i);
+        }
+    }
+    let all = buckets(spec)?;
+    // Output plan: for each group and bucket, the source row (or None) and the
+    // group's representative row for the key columns.
+    let mut src: Vec<Option<u32>> = vec![];
+    let mut rep: Vec<u32> = vec![];
+    let mut times: Vec<i64> = vec![];
+    for (first, by_time) in groups.values() {
+        let mut ts: Vec<i64> = all.clone();
+        ts.extend(
+            by_time
+                .keys()
+                .filter(|t| **t < spec.start || **t >= spec.finish || !all.contains(t)),
+        );
+        ts.sort_unstable();
+        ts.dedup();
+        for t in ts {
+            src.push(by_time.get(&t).map(|i| *i as u32));
+            rep.push(*first as u32);
+            times.push(t);
+        }
+    }
+    // Groups with no rows at all are unknown; with no group keys, one group exists
+    // even for an empty result.
+    if groups.is_empty() && spec.keys.is_empty() {
+        for t in &all {
+            src.push(None);
+            rep.push(0);
+            times.push(*t);
+        }
+    }
+    let m = src.len();
+    let src_idx = arrow::array::UInt32Array::from(src.clone());
+    let rep_idx = arrow::array::UInt32Array::from(rep);
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for (c, f) in schema.fields().iter().enumerate() {
+        let col = batch.column(c);
+        let out: ArrayRef = if c == spec.bucket {
+            let arr: ArrayRef =
+                Arc::new(arrow::array::TimestampMicrosecondArray::from(times.clone()));
+            arrow::compute::cast(&arr, f.data_type())?
+        } else if spec.keys.contains(&c) {
+            if n == 0 {
+                new_null_array(f.data_type(), m)
+            } else {
+                take(col, &rep_idx, None)?
+            }
+        } else {
+            let taken = if n == 0 {
+                new_null_array(f.data_type(), m)
+            } else {
+                take(col, &src_idx, None)?
+            };
+            match spec
+                .fills
+                .iter()
+                .find(|(i, _)| *i == c)
+                .map(|(_, f)| *f)
+                .unwrap_or(Fill::Null)
+            {
+                Fill::Null => taken,
+                Fill::Locf { skip_nulls } => locf(&taken, &src, &rep_idx, skip_nulls)?,
+                Fill::Interpolate => interpolate(&taken, &times, &rep_idx)?,
+            }
+        };
+        cols.push(out);
+    }
+    // Filled rows have NULLs even where the query's column could not (count(*)).
+    let schema = nullable(&schema);
+    let filled = RecordBatch::try_new(schema.clone(), cols)?;
+    // Sort as the query asked.
+    let sort: Vec<SortColumn> = spec
+        .order
+        .iter()
+        .map(|(c, desc)| SortColumn {
+            values: filled.column(*c).clone(),
+            options: Some(SortOptions {
+                descending: *desc,
+                nulls_first: *desc,
+            }),
+        })
+        .collect();
+    if sort.is_empty() || filled.num_rows() == 0 {
+        return Ok(filled);
+    }
+    let idx = lexsort_to_indices(&sort, None)?;
+    let cols = filled
+        .columns()
+        .iter()
+        .map(|c| take(c, &idx, None))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(schema, cols)?)
+}
+
+/// `schema` with every field nullable.
+pub fn nullable(schema: &arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
+    Arc::new(arrow::datatypes::Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// Carries the last value forward within each group (rows are grouped and in time
+/// order). Real rows keep their value; with `skip_nulls`, NULL real values are
+/// filled too.
+fn locf(
+    col: &ArrayRef,
+    src: &[Option<u32>],
+    group: &arrow::array::UInt32Array,
+    skip_nulls: bool,
+) -> Result<ArrayRef> {
+    let mut idx: Vec<Option<u32>> = Vec::with_capacity(col.len());
+    let mut last: Option<u32> = None;
+    for (i, s) in src.iter().enumerate().take(col.len()) {
+        if i > 0 && group.value(i) != group.value(i - 1) {
+            last = None;
+        }
+        let real = s.is_some();
+        if real && (col.is_valid(i) || !skip_nulls) {
+            last = Some(i as u32);
+            idx.push(Some(i as u32));
+        } else {
+            idx.push(last);
+        }
+    }
+    Ok(take(col, &arrow::array::UInt32Array::from(idx), None)?)
+}
+
+/// Linear interpolation between the previous and next non-NULL values of the
+/// group, by bucket time; the result keeps the column's type.
+fn interpolate(
+    col: &ArrayRef,
+    times: &[i64],
+    group: &arrow::array::UInt32Array,
+) -> Result<ArrayRef> {
+    let f = arrow::compute::cast(col, &DataType::Float64)?;
+    let f = f.as_primitive::<arrow::datatypes::Float64Type>();
+    let len = f.len();
+    let mut out: Vec<Option<f64>> = (0..len)
+        .map(|i| f.is_valid(i).then(|| f.value(i)))
+        .collect();
+    let mut i = 0;
+    while i < len {
+        let mut j = i;
+        while j < len && group.value(j) == group.value(i) {
+            j += 1;
+        }
+        let mut prev: Option<usize> = None;
+        for k in i..j {
+            if f.is_valid(k) {
+                prev = Some(k);
+                continue;
+            }
+            let next = (k + 1..j).find(|x| f.is_valid(*x));
+            if let (Some(p), Some(nx)) = (prev, next) {
+                let (t0, t1, t) = (times[p] as f64, times[nx] as f64, times[k] as f64);
+                let (v0, v1) = (f.value(p), f.value(nx));
+                out[k] = Some(v0 + (v1 - v0) * (t - t0) / (t1 - t0));
+            }
+        }
+        i = j;
+    }
+    let arr: ArrayRef = Arc::new(arrow::array::Float64Array::from(out));
+    let target = col.data_type();
+    if matches!(target, DataType::Int16 | DataType::Int32 | DataType::Int64) {
+        // PostgreSQL rounds when interpolating integers.
+        let rounded: ArrayRef = Arc::new(arrow::array::Float64Array::from(
+            arr.as_primitive::<arrow::datatypes::Float64Type>()
+                .iter()
+                .map(|v| v.map(f64::round))
+                .collect::<Vec<_>>(),
+        ));
+        return Ok(arrow::compute::cast(&rounded, target)?);
+    }
+    Ok(arrow::compute::cast(&arr, target)?)
+}
