@@ -7,6 +7,7 @@ pub mod functions;
 pub mod insert;
 pub mod interval;
 pub mod names;
+pub mod pgcompat;
 pub mod prepass;
 pub mod session;
 
@@ -162,7 +163,18 @@ impl VisitorMut for Normalize {
         ControlFlow::Continue(())
     }
 
+    fn post_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
+        pgcompat::prune_empty(q);
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<()> {
+        pgcompat::table_factor(tf);
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
+        pgcompat::expr(expr);
         if let ast::Expr::Function(f) = expr {
             let name = function_name(f);
             let res = match name.as_str() {
@@ -242,6 +254,8 @@ fn is_rewritten(e: &ast::Expr) -> bool {
             expr,
             ..
         } => !matches!(expr.as_ref(), ast::Expr::Value(_)),
+        ast::Expr::Cast { data_type, .. } => pgcompat::is_reg_cast(data_type),
+        ast::Expr::Subquery(_) => true,
         ast::Expr::Nested(inner) => is_rewritten(inner),
         _ => false,
     }
@@ -442,9 +456,15 @@ impl Session {
     /// Opens a session on database `db` (SQLSTATE 3D000 if it does not exist).
     pub fn new(engine: Arc<Engine>, db: &str, user: &str, pid: i32) -> Result<Session> {
         engine.catalog.snapshot().database(db)?;
-        let ctx = crate::query::new_context(&engine, db);
         let settings = session::default_settings(db, user);
+        let cat = Arc::new(crate::query::pg_catalog::CatalogCtx {
+            engine: engine.clone(),
+            db: db.to_string(),
+            settings: settings.clone(),
+        });
+        let ctx = crate::query::new_context(&cat);
         functions::register(&ctx, db, pid, settings.clone());
+        functions::pgmeta::register(&ctx, cat);
         Ok(Session {
             engine,
             db: db.to_string(),
