@@ -165,6 +165,8 @@ impl VisitorMut for Normalize {
 
     fn post_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
         pgcompat::prune_empty(q);
+        pgcompat::in_subquery_outside_filter(q);
+        pgcompat::sort_by_subquery(q);
         ControlFlow::Continue(())
     }
 

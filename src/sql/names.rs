@@ -112,24 +112,38 @@ pub fn rename(schema: SchemaRef, names: Option<&[String]>) -> SchemaRef {
     }
 }
 
-/// Gives unaliased select items whose PostgreSQL names repeat an alias of their own,
-/// because DataFusion rejects duplicate projection names that PostgreSQL allows.
+/// Gives select items whose PostgreSQL names repeat an earlier name an alias of their
+/// own, because DataFusion rejects duplicate projection names that PostgreSQL allows.
 pub fn alias_duplicates(q: &mut Query) {
     let SetExpr::Select(sel) = q.body.as_mut() else {
         return;
     };
     let mut seen = std::collections::HashSet::new();
     for (i, item) in sel.projection.iter_mut().enumerate() {
-        if let SelectItem::UnnamedExpr(e) = item {
-            let name = expr_name(e);
-            if !seen.insert(name) {
-                let e =
-                    std::mem::replace(e, Expr::value(datafusion::sql::sqlparser::ast::Value::Null));
-                *item = SelectItem::ExprWithAlias {
-                    expr: e,
-                    alias: datafusion::sql::sqlparser::ast::Ident::new(format!("__sundial_col{i}")),
-                };
+        match item {
+            SelectItem::UnnamedExpr(e) => {
+                let name = expr_name(e);
+                if !seen.insert(name) {
+                    let e = std::mem::replace(
+                        e,
+                        Expr::value(datafusion::sql::sqlparser::ast::Value::Null),
+                    );
+                    *item = SelectItem::ExprWithAlias {
+                        expr: e,
+                        alias: datafusion::sql::sqlparser::ast::Ident::new(format!(
+                            "__sundial_col{i}"
+                        )),
+                    };
+                }
             }
+            // `SELECT time AS "time", extract(epoch from time) AS "time"` (Grafana)
+            SelectItem::ExprWithAlias { alias, .. } => {
+                if !seen.insert(ident(alias)) {
+                    *alias =
+                        datafusion::sql::sqlparser::ast::Ident::new(format!("__sundial_col{i}"));
+                }
+            }
+            _ => {}
         }
     }
 }

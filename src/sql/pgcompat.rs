@@ -848,3 +848,194 @@ pub fn prune_empty(q: &mut ast::Query) -> bool {
     }
     empty
 }
+
+fn has_subquery(e: &Expr) -> bool {
+    use ast::Visit;
+    struct F(bool);
+    impl ast::Visitor for F {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &Expr) -> std::ops::ControlFlow<()> {
+            if matches!(
+                e,
+                Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. }
+            ) {
+                self.0 = true;
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let mut f = F(false);
+    let _ = e.visit(&mut f);
+    f.0
+}
+
+/// DataFusion cannot sort by an expression holding a subquery (Grafana's table picker
+/// orders by `CASE WHEN schema IN (SELECT ...) THEN 0 ELSE 1 END`): such a query is
+/// turned into `SELECT names FROM (SELECT items, sort keys AS __sundial_sortN ...)
+/// ORDER BY __sundial_sortN`.
+pub fn sort_by_subquery(q: &mut ast::Query) {
+    let Some(ob) = &q.order_by else {
+        return;
+    };
+    let ast::OrderByKind::Expressions(keys) = &ob.kind else {
+        return;
+    };
+    if !keys.iter().any(|k| has_subquery(&k.expr)) || q.with.is_some() {
+        return;
+    }
+    let SetExpr::Select(sel) = q.body.as_ref() else {
+        return;
+    };
+    if sel.distinct.is_some() {
+        return;
+    }
+    let mut names = vec![];
+    let mut inner = sel.as_ref().clone();
+    for item in inner.projection.iter_mut() {
+        let name = match item {
+            SelectItem::UnnamedExpr(x) => crate::sql::names::expr_name(x),
+            SelectItem::ExprWithAlias { alias, .. } if alias.quote_style.is_some() => {
+                alias.value.clone()
+            }
+            SelectItem::ExprWithAlias { alias, .. } => alias.value.to_ascii_lowercase(),
+            _ => return,
+        };
+        if names.contains(&name) {
+            return;
+        }
+        if let SelectItem::UnnamedExpr(x) = item {
+            let x = std::mem::replace(x, Expr::value(ast::Value::Null));
+            *item = SelectItem::ExprWithAlias {
+                expr: x,
+                alias: Ident::with_quote('"', name.clone()),
+            };
+        }
+        names.push(name);
+    }
+    let mut new_keys = vec![];
+    for (i, k) in keys.iter().enumerate() {
+        let by_output = match &k.expr {
+            Expr::Value(v) => matches!(v.value, ast::Value::Number(..)),
+            Expr::Identifier(id) => names.iter().any(|n| ident_eq(id, n)),
+            _ => false,
+        };
+        if by_output {
+            new_keys.push(k.clone());
+            continue;
+        }
+        let hidden = format!("__sundial_sort{i}");
+        inner.projection.push(SelectItem::ExprWithAlias {
+            expr: k.expr.clone(),
+            alias: Ident::new(&hidden),
+        });
+        let mut k = k.clone();
+        k.expr = Expr::Identifier(Ident::new(hidden));
+        new_keys.push(k);
+    }
+    let Some(mut outer) = one_row_query(Expr::value(ast::Value::Null), Ident::new("x")) else {
+        return;
+    };
+    let Some(inner) = query_of(SetExpr::Select(Box::new(inner))) else {
+        return;
+    };
+    let SetExpr::Select(osel) = outer.body.as_mut() else {
+        return;
+    };
+    osel.projection = names
+        .iter()
+        .map(|n| SelectItem::UnnamedExpr(Expr::Identifier(Ident::with_quote('"', n.clone()))))
+        .collect();
+    osel.from = vec![ast::TableWithJoins {
+        relation: TableFactor::Derived {
+            lateral: false,
+            subquery: Box::new(inner),
+            alias: Some(TableAlias {
+                explicit: true,
+                name: Ident::new("__sundial_sorted"),
+                columns: vec![],
+                at: None,
+            }),
+            sample: None,
+        },
+        joins: vec![],
+    }];
+    q.body = outer.body;
+    q.order_by = Some(ast::OrderBy {
+        kind: ast::OrderByKind::Expressions(new_keys),
+        interpolate: None,
+    });
+}
+
+fn query_of(body: SetExpr) -> Option<ast::Query> {
+    let mut q = one_row_query(Expr::value(ast::Value::Null), Ident::new("x"))?;
+    q.body = Box::new(body);
+    Some(q)
+}
+
+/// `x IN (SELECT c FROM ...)` with an uncorrelated subquery, in a select item or sort
+/// key (DataFusion only plans `IN (subquery)` in filters) →
+/// `coalesce(array_has((SELECT array_agg(c) FROM ...), x), false)`.
+pub fn in_subquery_outside_filter(q: &mut ast::Query) {
+    use ast::Visit;
+    let rewrite = |e: &mut Expr| {
+        let _ = ast::visit_expressions_mut(e, |x| {
+            let Expr::InSubquery {
+                expr: needle,
+                subquery,
+                negated,
+            } = x
+            else {
+                return std::ops::ControlFlow::<()>::Continue(());
+            };
+            let SetExpr::Select(sel) = subquery.body.as_ref() else {
+                return std::ops::ControlFlow::Continue(());
+            };
+            let mut scope = Scope::default();
+            let _ = sel.visit(&mut scope);
+            if scope.qualifiers.iter().any(|q| !scope.defined.contains(q)) {
+                return std::ops::ControlFlow::Continue(());
+            }
+            let mut agg = subquery.as_ref().clone();
+            if let SetExpr::Select(asel) = agg.body.as_mut()
+                && let [item] = asel.projection.as_mut_slice()
+                && let SelectItem::UnnamedExpr(v) | SelectItem::ExprWithAlias { expr: v, .. } = item
+            {
+                let v = std::mem::replace(v, Expr::value(ast::Value::Null));
+                *item = SelectItem::UnnamedExpr(call("array_agg", vec![v]));
+            } else {
+                return std::ops::ControlFlow::Continue(());
+            }
+            let needle = std::mem::replace(needle.as_mut(), Expr::value(ast::Value::Null));
+            let has = call(
+                "coalesce",
+                vec![
+                    call("array_has", vec![Expr::Subquery(Box::new(agg)), needle]),
+                    Expr::value(ast::Value::Boolean(false)),
+                ],
+            );
+            *x = if *negated {
+                Expr::UnaryOp {
+                    op: ast::UnaryOperator::Not,
+                    expr: Box::new(has),
+                }
+            } else {
+                has
+            };
+            std::ops::ControlFlow::Continue(())
+        });
+    };
+    if let SetExpr::Select(sel) = q.body.as_mut() {
+        for item in sel.projection.iter_mut() {
+            if let SelectItem::UnnamedExpr(x) | SelectItem::ExprWithAlias { expr: x, .. } = item {
+                rewrite(x);
+            }
+        }
+    }
+    if let Some(ob) = q.order_by.as_mut()
+        && let ast::OrderByKind::Expressions(keys) = &mut ob.kind
+    {
+        for k in keys {
+            rewrite(&mut k.expr);
+        }
+    }
+}
