@@ -137,11 +137,8 @@ pub fn alias_duplicates(q: &mut Query) {
                 }
             }
             // `SELECT time AS "time", extract(epoch from time) AS "time"` (Grafana)
-            SelectItem::ExprWithAlias { alias, .. } => {
-                if !seen.insert(ident(alias)) {
-                    *alias =
-                        datafusion::sql::sqlparser::ast::Ident::new(format!("__sundial_col{i}"));
-                }
+            SelectItem::ExprWithAlias { alias, .. } if !seen.insert(ident(alias)) => {
+                *alias = datafusion::sql::sqlparser::ast::Ident::new(format!("__sundial_col{i}"));
             }
             _ => {}
         }

@@ -4,4 +4,5 @@ mod harness;
 mod influx;
 mod migrations;
 mod pg_compare;
+mod psql;
 mod wire;
