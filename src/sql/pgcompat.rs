@@ -231,10 +231,6 @@ fn string_literal(e: &Expr) -> bool {
     ))
 }
 
-fn number_literal(e: &Expr) -> bool {
-    matches!(e, Expr::Value(v) if matches!(v.value, ast::Value::Number(..)))
-}
-
 /// Rewrites one expression (children are already rewritten).
 pub fn expr(e: &mut Expr) {
     match e {
@@ -288,15 +284,9 @@ pub fn expr(e: &mut Expr) {
         } => {
             if let Some(reg) = reg_type(data_type) {
                 let arg = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
-                *e = if number_literal(&arg) {
-                    Expr::Cast {
-                        kind: ast::CastKind::DoubleColon,
-                        expr: Box::new(arg),
-                        data_type: DataType::Int(None),
-                        array: false,
-                        format: None,
-                    }
-                } else if string_literal(&arg) {
+                // A quoted name is looked up (`'cpu'::regclass` compares as the oid);
+                // anything else prints as the name (`c.oid::regclass`, `23::regtype`).
+                *e = if string_literal(&arg) {
                     match reg {
                         "regclass" | "regtype" | "regnamespace" => {
                             call(&format!("sundial_{reg}_in"), vec![arg])
@@ -581,8 +571,8 @@ fn aggregate_correlated(q: &ast::Query) -> Option<Expr> {
     })
 }
 
-/// `ARRAY(SELECT e FROM unnest(a) x [WHERE p])` → `array_transform(array_filter(a,
-/// x -> p), x -> e)`; any other `ARRAY(SELECT x FROM ... [ORDER BY ...])` →
+/// `ARRAY(SELECT e FROM unnest(a) x [WHERE p])` → `coalesce(array_transform(
+/// array_filter(a, x -> p), x -> e), [])`; any other `ARRAY(SELECT x FROM ... [ORDER BY ...])` →
 /// `(SELECT array_agg(x ORDER BY ...) FROM ...)`.
 fn array_subquery(q: &ast::Query) -> Option<Expr> {
     if let Some(e) = array_map(q) {
@@ -678,7 +668,8 @@ fn array_map(q: &ast::Query) -> Option<Expr> {
     if !matches!(&body, Expr::Identifier(i) if i.value == param.value) {
         out = call("array_transform", vec![out, lambda(&param, body)]);
     }
-    Some(out)
+    // unnest(NULL) has no rows: ARRAY() of them is empty, not NULL
+    Some(call("coalesce", vec![out, call("make_array", vec![])]))
 }
 
 /// Whether a `FROM` item is a catalog relation that never has rows.

@@ -354,7 +354,32 @@ fn tag_of(tag: &str) -> Tag {
 }
 
 fn fields_for(schema: &SchemaRef, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
-    arrow_schema_to_pg_fields(schema, format, None)
+    arrow_schema_to_pg_fields(&catalog_types(schema), format, None)
+}
+
+/// Drops the catalog's `oid` / `"char"` column markers (field metadata) where a cast
+/// carried them onto another type (`oid::bigint`): only `Int32` columns are oids and
+/// only text columns are `"char"`.
+fn catalog_types(schema: &SchemaRef) -> arrow::datatypes::Schema {
+    let fields: Vec<arrow::datatypes::Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let keep = match f.data_type() {
+                DataType::Int32 => "pg.oid_alias",
+                DataType::Utf8 => "pg.char",
+                _ => "",
+            };
+            if f.metadata().keys().any(|k| k != keep) {
+                let mut m = f.metadata().clone();
+                m.retain(|k, _| k == keep);
+                f.as_ref().clone().with_metadata(m)
+            } else {
+                f.as_ref().clone()
+            }
+        })
+        .collect();
+    arrow::datatypes::Schema::new(fields)
 }
 
 fn to_response(c: &Conn, out: Output, format: &Format) -> PgWireResult<Response> {
