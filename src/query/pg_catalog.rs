@@ -1268,6 +1268,17 @@ fn attstorage(type_oid: i32) -> &'static str {
 /// constraints, policies, inheritance, publications, comments, ...).
 pub const EMPTY_RELS: &[&str] = &[
     "pg_aggregate",
+    "pg_auth_members",
+    "pg_conversion",
+    "pg_db_role_setting",
+    "pg_default_acl",
+    "pg_foreign_data_wrapper",
+    "pg_foreign_server",
+    "pg_largeobject_metadata",
+    "pg_opfamily",
+    "pg_shdepend",
+    "pg_subscription",
+    "pg_ts_config",
     "pg_cast",
     "pg_constraint",
     "pg_depend",
@@ -1559,6 +1570,19 @@ fn pg_rows(ctx: &CatalogCtx, rel: &str) -> Vec<Row> {
                         },
                     ),
                     ("prosrc", s(p.name)),
+                ]
+            })
+            .collect(),
+        "pg_stat_user_tables" => ctx
+            .tables()
+            .iter()
+            .map(|t| {
+                let rows: u64 = t.files.iter().map(|f| f.rows).sum();
+                vec![
+                    ("relid", i(table_oid(t.id))),
+                    ("schemaname", s("public")),
+                    ("relname", s(&t.name)),
+                    ("n_live_tup", i(i64::try_from(rows).unwrap_or(i64::MAX))),
                 ]
             })
             .collect(),

@@ -527,7 +527,11 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
     ] {
         fns.push(always_null(name, &[A, A, A], 1, Utf8));
     }
-    for name in ["pg_get_statisticsobjdef_columns", "pg_get_partkeydef"] {
+    for name in [
+        "pg_get_statisticsobjdef_columns",
+        "pg_get_partkeydef",
+        "pg_get_function_sqlbody",
+    ] {
         fns.push(always_null(name, &[O], 1, Utf8));
     }
     fns.push(always_null("pg_get_serial_sequence", &[S, S], 2, Utf8));
@@ -574,6 +578,56 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
             move |a, n| size(a, n),
         ));
     }
+    let c = cat.clone();
+    fns.push(udf(
+        "pg_database_size",
+        &[S],
+        1,
+        Int64,
+        Volatility::Stable,
+        move |a, _| {
+            let m = c.engine.catalog.snapshot();
+            let out: Int64Array = strs(&a[0])?
+                .into_iter()
+                .map(|name| {
+                    let name = name?;
+                    let db = m.databases.iter().find(|(n, d)| {
+                        **n == name || pgc::database_oid(d.id).to_string() == name
+                    })?;
+                    Some(
+                        db.1.tables
+                            .values()
+                            .flat_map(|t| t.files.iter())
+                            .map(|f| i64::try_from(f.bytes).unwrap_or(i64::MAX))
+                            .sum(),
+                    )
+                })
+                .collect();
+            Ok(Arc::new(out))
+        },
+    ));
+    fns.push(udf(
+        "pg_char_to_encoding",
+        &[S],
+        1,
+        Int32,
+        Volatility::Stable,
+        |a, _| {
+            let out: Int32Array = strs(&a[0])?
+                .into_iter()
+                .map(|e| {
+                    e.map(
+                        |e| match e.to_ascii_uppercase().replace(['-', '_'], "").as_str() {
+                            "UTF8" | "UNICODE" => 6,
+                            "SQLASCII" => 0,
+                            _ => -1,
+                        },
+                    )
+                })
+                .collect();
+            Ok(Arc::new(out))
+        },
+    ));
     fns.push(udf(
         "pg_size_pretty",
         &[O],
@@ -891,6 +945,14 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
         }));
     }
     fns.push(always_bool("pg_is_in_recovery", &[], 0, false));
+    fns.push(udf(
+        "getdatabaseencoding",
+        &[],
+        0,
+        Utf8,
+        Volatility::Stable,
+        |_, n| Ok(Arc::new(StringArray::from(vec![Some("UTF8"); n]))),
+    ));
     fns.push(udf(
         "pg_my_temp_schema",
         &[],
