@@ -163,6 +163,11 @@ impl VisitorMut for Normalize {
         ControlFlow::Continue(())
     }
 
+    fn post_visit_select(&mut self, sel: &mut ast::Select) -> ControlFlow<()> {
+        names::mark_duplicates(sel);
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
         pgcompat::prune_empty(q);
         pgcompat::in_subquery_outside_filter(q);

@@ -144,3 +144,31 @@ pub fn alias_duplicates(q: &mut Query) {
         }
     }
 }
+
+/// Aliases select items of any `SELECT` (subqueries and set-operation branches too)
+/// whose PostgreSQL name repeats an earlier item's, as `name#sundial<i>` (read back as
+/// `name`): DataFusion rejects `SELECT pubname, NULL, NULL` in a `UNION` branch.
+pub fn mark_duplicates(sel: &mut datafusion::sql::sqlparser::ast::Select) {
+    let mut seen = std::collections::HashSet::new();
+    for (i, item) in sel.projection.iter_mut().enumerate() {
+        let (name, expr) = match item {
+            SelectItem::UnnamedExpr(e) => (expr_name(e), e),
+            SelectItem::ExprWithAlias { alias, expr } => (ident(alias), expr),
+            _ => continue,
+        };
+        if seen.insert(name.clone()) {
+            continue;
+        }
+        let e = std::mem::replace(
+            expr,
+            Expr::value(datafusion::sql::sqlparser::ast::Value::Null),
+        );
+        *item = SelectItem::ExprWithAlias {
+            expr: e,
+            alias: datafusion::sql::sqlparser::ast::Ident::with_quote(
+                '"',
+                format!("{name}{UNIQUE_MARK}{i}"),
+            ),
+        };
+    }
+}

@@ -763,8 +763,8 @@ impl ast::Visitor for TopAggregates {
 }
 
 /// A `SELECT` that reads an always-empty catalog relation in an inner position (and
-/// does not aggregate) has no rows whatever its expressions: they are replaced by
-/// NULLs of the same names and its filter by `false`, so that catalog queries built
+/// does not aggregate) has no rows whatever its expressions: those other than plain
+/// columns and literals are replaced by NULLs of the same names and its filter by `false`, so that catalog queries built
 /// around features Sundial lacks (policies, publications, array-typed columns) plan.
 /// Returns whether the select is empty.
 fn prune_empty_select(sel: &mut ast::Select) -> bool {
@@ -786,6 +786,15 @@ fn prune_empty_select(sel: &mut ast::Select) -> bool {
     }
     let mut seen = std::collections::HashSet::new();
     for (i, item) in sel.projection.iter_mut().enumerate() {
+        // plain columns and literals keep their types
+        if let SelectItem::UnnamedExpr(x) | SelectItem::ExprWithAlias { expr: x, .. } = item
+            && matches!(
+                x,
+                Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Value(_)
+            )
+        {
+            continue;
+        }
         let name = match item {
             SelectItem::UnnamedExpr(x) => crate::sql::names::expr_name(x),
             SelectItem::ExprWithAlias { alias, .. } => {
