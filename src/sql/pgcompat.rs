@@ -224,10 +224,13 @@ pub fn is_reg_cast(dt: &DataType) -> bool {
     reg_type(dt).is_some()
 }
 
+/// A quoted literal or a parameter: a name to look up when cast to a `reg*` type.
 fn string_literal(e: &Expr) -> bool {
     matches!(e, Expr::Value(v) if matches!(
         v.value,
-        ast::Value::SingleQuotedString(_) | ast::Value::EscapedStringLiteral(_)
+        ast::Value::SingleQuotedString(_)
+            | ast::Value::EscapedStringLiteral(_)
+            | ast::Value::Placeholder(_)
     ))
 }
 
@@ -248,6 +251,33 @@ pub fn expr(e: &mut Expr) {
         Expr::Subquery(q) => {
             if let Some(new) = aggregate_correlated(q) {
                 *e = new;
+            }
+        }
+        Expr::Like {
+            pattern,
+            escape_char,
+            ..
+        }
+        | Expr::ILike {
+            pattern,
+            escape_char,
+            ..
+        } => {
+            if let Some(esc) = escape_char.take() {
+                let c = match &esc.value {
+                    ast::Value::SingleQuotedString(c) => c.clone(),
+                    other => other.to_string(),
+                };
+                if c == "\\" {
+                    *escape_char = Some(esc);
+                } else {
+                    // DataFusion only knows the backslash: rewrite the pattern for it
+                    let p = std::mem::replace(pattern.as_mut(), Expr::value(ast::Value::Null));
+                    **pattern = call(
+                        "sundial_like_escape",
+                        vec![p, Expr::value(ast::Value::SingleQuotedString(c))],
+                    );
+                }
             }
         }
         Expr::Collate { expr: inner, .. } => {
@@ -784,6 +814,16 @@ fn prune_empty_select(sel: &mut ast::Select) -> bool {
     if aggs.found {
         return false;
     }
+    let mut params = vec![];
+    let _ = ast::visit_expressions(&*sel, |e| {
+        if let Expr::Value(v) = e
+            && let ast::Value::Placeholder(p) = &v.value
+            && !params.contains(p)
+        {
+            params.push(p.clone());
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
     let mut seen = std::collections::HashSet::new();
     for (i, item) in sel.projection.iter_mut().enumerate() {
         // plain columns and literals keep their types
@@ -816,7 +856,15 @@ fn prune_empty_select(sel: &mut ast::Select) -> bool {
             alias: Ident::with_quote('"', name),
         };
     }
-    sel.selection = Some(Expr::value(ast::Value::Boolean(false)));
+    // Parameters of the dropped expressions stay (unused) so the statement still has
+    // them: `false AND $n IS NULL ...`.
+    let mut filter = vec![Expr::value(ast::Value::Boolean(false))];
+    filter.extend(
+        params
+            .into_iter()
+            .map(|p| Expr::IsNull(Box::new(Expr::value(ast::Value::Placeholder(p))))),
+    );
+    sel.selection = join_and(filter);
     true
 }
 

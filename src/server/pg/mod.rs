@@ -511,9 +511,7 @@ fn param_types(p: &Prepared) -> Vec<Option<DataType>> {
     let Prepared::Plan { plan, .. } = p else {
         return vec![];
     };
-    let Ok(types) = plan.get_parameter_types() else {
-        return vec![];
-    };
+    let types = placeholder_types(plan);
     let mut v: Vec<(usize, Option<DataType>)> = types
         .into_iter()
         .filter_map(|(k, t)| {
@@ -532,6 +530,32 @@ fn param_types(p: &Prepared) -> Vec<Option<DataType>> {
         }
     }
     out
+}
+
+/// Every `$n` of a plan with the first type found for it. (DataFusion's
+/// `get_parameter_types` fails when two uses infer different types and forgets a type
+/// when a later use has none; a statement then seemed to have no parameters.)
+fn placeholder_types(
+    plan: &datafusion::logical_expr::LogicalPlan,
+) -> HashMap<String, Option<DataType>> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::Expr;
+    let mut types: HashMap<String, Option<DataType>> = HashMap::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::Placeholder(ph) = e {
+                    let t = ph.field.as_ref().map(|f| f.data_type().clone());
+                    let slot = types.entry(ph.id.clone()).or_insert(None);
+                    if slot.is_none() {
+                        *slot = t;
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    types
 }
 
 fn result_schema(p: &Prepared) -> Option<SchemaRef> {

@@ -470,7 +470,17 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
             Ok(Arc::new(out))
         },
     ));
-    for name in ["pg_function_is_visible", "pg_type_is_visible"] {
+    for name in [
+        "pg_function_is_visible",
+        "pg_type_is_visible",
+        "pg_collation_is_visible",
+        "pg_conversion_is_visible",
+        "pg_opclass_is_visible",
+        "pg_operator_is_visible",
+        "pg_opfamily_is_visible",
+        "pg_statistics_obj_is_visible",
+        "pg_ts_config_is_visible",
+    ] {
         fns.push(always_bool(name, &[O], 1, true));
     }
     fns.push(udf(
@@ -944,6 +954,56 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
             Ok(Arc::new(StringArray::from(vec![Some(u.clone()); n])))
         }));
     }
+    fns.push(udf(
+        "sundial_like_escape",
+        &[S, S],
+        2,
+        Utf8,
+        Volatility::Immutable,
+        |a, _| {
+            let pats = strs(&a[0])?;
+            let escs = strs(&a[1])?;
+            let out: StringArray = pats
+                .into_iter()
+                .zip(escs)
+                .map(|(p, e)| Some(like_pattern(&p?, e?.chars().next())))
+                .collect();
+            Ok(Arc::new(out))
+        },
+    ));
+    let json = |a: &[ArrayRef], n: usize| -> Result<ArrayRef> {
+        let cols = a.iter().map(strs).collect::<Result<Vec<_>>>()?;
+        let out: StringArray = (0..n)
+            .map(|i| {
+                let parts: Vec<String> = cols
+                    .chunks(2)
+                    .map(|kv| {
+                        let k = kv[0][i].clone().unwrap_or_default();
+                        let v = kv.get(1).and_then(|c| c[i].clone());
+                        format!(
+                            "{} : {}",
+                            json_string(&k),
+                            v.map(|v| json_string(&v)).unwrap_or_else(|| "null".into())
+                        )
+                    })
+                    .collect();
+                Some(format!("{{{}}}", parts.join(", ")))
+            })
+            .collect();
+        Ok(Arc::new(out))
+    };
+    let json = Arc::new(json);
+    for name in ["json_build_object", "jsonb_build_object"] {
+        let json = json.clone();
+        fns.push(udf(
+            name,
+            &[A, A, A, A, A, A, A, A, A, A, A, A, A, A, A, A, A, A, A, A],
+            0,
+            Utf8,
+            Volatility::Stable,
+            move |a, n| json(a, n),
+        ));
+    }
     fns.push(always_bool("pg_is_in_recovery", &[], 0, false));
     fns.push(udf(
         "getdatabaseencoding",
@@ -980,6 +1040,46 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
     }
 }
 
+/// A LIKE pattern with escape character `esc` (none: `None`) rewritten for the
+/// backslash escape DataFusion knows.
+fn like_pattern(p: &str, esc: Option<char>) -> String {
+    let mut out = String::with_capacity(p.len());
+    let mut chars = p.chars();
+    while let Some(c) = chars.next() {
+        if Some(c) == esc {
+            match chars.next() {
+                Some(n @ ('%' | '_' | '\\')) => {
+                    out.push('\\');
+                    out.push(n);
+                }
+                Some(n) => out.push(n),
+                None => {}
+            }
+        } else if c == '\\' {
+            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 fn namespace_oid(name: &str) -> Option<i32> {
     let parts = pgc::parse_ident(name)?;
     let [n] = parts.as_slice() else {
@@ -1005,6 +1105,13 @@ mod tests {
         assert_eq!(quote_ident("Cpu"), "\"Cpu\"");
         assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
         assert_eq!(quote_ident("1x"), "\"1x\"");
+    }
+
+    #[test]
+    fn rewrites_like_escapes_for_backslash() {
+        assert_eq!(like_pattern("pg/_%", Some('/')), "pg\\_%");
+        assert_eq!(like_pattern("a\\b//c", Some('/')), "a\\\\b/c");
+        assert_eq!(like_pattern("a\\b", None), "a\\\\b");
     }
 
     #[test]
