@@ -89,3 +89,64 @@ async fn catalog_columns_have_postgres_types() {
     let attnum: i16 = rows[1].get(5);
     assert_eq!(attnum, 2);
 }
+
+/// SQLAlchemy 2's `Inspector.get_pk_constraint` query (psycopg dialect), over the
+/// extended protocol: it reads empty catalogs and repeats `$4` in two inferred types.
+const SQLALCHEMY_PK: &str = "SELECT attr.conrelid, array_agg(CAST(attr.attname AS TEXT) ORDER BY attr.ord) AS cols, attr.conname, min(attr.description) AS description, min(attr.indnkeyatts) AS indnkeyatts, bool_and(attr.indnullsnotdistinct) AS indnullsnotdistinct \
+FROM (SELECT con.conrelid AS conrelid, con.conname AS conname, con.description AS description, con.ord AS ord, con.indnkeyatts AS indnkeyatts, con.indnullsnotdistinct AS indnullsnotdistinct, pg_catalog.pg_attribute.attname AS attname \
+FROM pg_catalog.pg_attribute JOIN (SELECT pg_catalog.pg_constraint.conrelid AS conrelid, pg_catalog.pg_constraint.conname AS conname, unnest(pg_catalog.pg_index.indkey) AS attnum, generate_subscripts(pg_catalog.pg_index.indkey, $1::INTEGER) AS ord, pg_catalog.pg_index.indnkeyatts AS indnkeyatts, pg_catalog.pg_index.indnullsnotdistinct AS indnullsnotdistinct, pg_catalog.pg_description.description AS description \
+FROM pg_catalog.pg_constraint JOIN pg_catalog.pg_index ON pg_catalog.pg_constraint.conindid = pg_catalog.pg_index.indexrelid LEFT OUTER JOIN pg_catalog.pg_description ON pg_catalog.pg_description.objoid = pg_catalog.pg_constraint.oid AND pg_catalog.pg_description.classoid = CAST($2 AS REGCLASS) \
+WHERE pg_catalog.pg_constraint.contype = $3::VARCHAR AND pg_catalog.pg_constraint.conrelid IN ($4)) AS con ON pg_catalog.pg_attribute.attnum = con.attnum AND pg_catalog.pg_attribute.attrelid = con.conrelid \
+WHERE con.conrelid IN ($4)) AS attr GROUP BY attr.conrelid, attr.conname ORDER BY attr.conrelid, attr.conname";
+
+/// SQLAlchemy's `Inspector.get_schema_names`: a parameter pattern with `ESCAPE '/'`.
+const SQLALCHEMY_SCHEMAS: &str = "SELECT pg_catalog.pg_namespace.nspname \
+FROM pg_catalog.pg_namespace \
+WHERE (pg_catalog.pg_namespace.nspname NOT LIKE $1::VARCHAR || '%' ESCAPE '/') ORDER BY pg_catalog.pg_namespace.nspname";
+
+#[tokio::test]
+async fn sqlalchemy_reflection_queries_over_the_extended_protocol() {
+    use tokio_postgres::types::ToSql;
+    let server = TestServer::start();
+    let client = server.connect("sundial").await;
+    client
+        .batch_execute("CREATE TABLE cpu (time timestamptz NOT NULL, host text)")
+        .await
+        .expect("setup");
+    let oid: i64 = client
+        .query_one("SELECT 'cpu'::regclass::oid::int8", &[])
+        .await
+        .expect("oid")
+        .get(0);
+
+    let stmt = client.prepare(SQLALCHEMY_PK).await.expect("prepare");
+    assert_eq!(stmt.params().len(), 4, "{:?}", stmt.params());
+    let ints = [1i32, 0, 0, i32::try_from(oid).unwrap_or(0)];
+    let texts = ["1", "pg_catalog.pg_constraint", "p", &oid.to_string()];
+    let (mut i32s, mut i64s, mut strs) = (vec![], vec![], vec![]);
+    for (i, t) in stmt.params().iter().enumerate() {
+        match *t {
+            Type::INT4 => i32s.push((i, ints[i])),
+            Type::INT8 => i64s.push((i, i64::from(ints[i]))),
+            _ => strs.push((i, texts[i].to_string())),
+        }
+    }
+    let mut params: Vec<(usize, &(dyn ToSql + Sync))> = vec![];
+    params.extend(i32s.iter().map(|(i, v)| (*i, v as &(dyn ToSql + Sync))));
+    params.extend(i64s.iter().map(|(i, v)| (*i, v as &(dyn ToSql + Sync))));
+    params.extend(strs.iter().map(|(i, v)| (*i, v as &(dyn ToSql + Sync))));
+    params.sort_by_key(|(i, _)| *i);
+    let values: Vec<&(dyn ToSql + Sync)> = params.into_iter().map(|(_, v)| v).collect();
+    let rows = client.query(&stmt, &values).await.expect("query");
+    assert!(rows.is_empty(), "no primary keys in Sundial");
+
+    let rows = client
+        .query(SQLALCHEMY_SCHEMAS, &[&"pg/_"])
+        .await
+        .expect("schemas");
+    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(
+        names,
+        ["information_schema", "public", "timescaledb_information"]
+    );
+}
