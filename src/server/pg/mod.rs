@@ -454,6 +454,10 @@ impl SimpleQueryHandler for Handler {
             Ok(s) => s,
             Err(e) => return Ok(vec![Response::Error(Box::new(err_info(e)))]),
         };
+        // only comments (pgx's ping is `-- ping`): PostgreSQL answers EmptyQueryResponse
+        if stmts.is_empty() {
+            return Ok(vec![Response::EmptyQuery]);
+        }
         let mut out = vec![];
         for stmt in stmts {
             let started = std::time::Instant::now();
