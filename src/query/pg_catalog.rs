@@ -340,13 +340,6 @@ impl CatalogCtx {
         }
     }
 
-    /// The relation with oid `oid`.
-    pub fn relation(&self, oid: i64) -> Option<Rel> {
-        relations(self)
-            .into_iter()
-            .find(|r| i64::from(r.oid) == oid)
-    }
-
     /// The relation a (possibly schema-qualified, possibly quoted) name denotes, as
     /// `'name'::regclass` resolves it.
     pub fn relation_by_name(&self, name: &str) -> Option<Rel> {
@@ -369,28 +362,27 @@ impl CatalogCtx {
         }
     }
 
-    /// Whether an unqualified reference to the relation would find it
-    /// (`pg_table_is_visible`).
-    pub fn is_visible(&self, oid: i64) -> bool {
-        let rels = relations(self);
-        let Some(r) = rels.iter().find(|r| i64::from(r.oid) == oid) else {
-            return false;
-        };
-        match r.ns {
-            NS_PG_CATALOG => true,
-            NS_PUBLIC => !rels
-                .iter()
-                .any(|o| o.ns == NS_PG_CATALOG && o.name == r.name),
-            _ => false,
-        }
-    }
-
     /// Size in bytes of a table's Parquet files (`pg_table_size`).
     pub fn table_size(&self, oid: i64) -> Option<i64> {
         self.tables()
             .iter()
             .find(|t| i64::from(table_oid(t.id)) == oid)
             .map(|t| t.files.iter().map(|f| f.bytes as i64).sum())
+    }
+}
+
+/// Whether an unqualified reference to relation `oid` finds it (`pg_table_is_visible`):
+/// it is in `pg_catalog`, or in `public` and no catalog relation has its name.
+pub fn is_visible(rels: &[Rel], oid: i64) -> bool {
+    let Some(r) = rels.iter().find(|r| i64::from(r.oid) == oid) else {
+        return false;
+    };
+    match r.ns {
+        NS_PG_CATALOG => true,
+        NS_PUBLIC => !rels
+            .iter()
+            .any(|o| o.ns == NS_PG_CATALOG && o.name == r.name),
+        _ => false,
     }
 }
 

@@ -1,11 +1,11 @@
 //! psql 15 against a real server: `\dt`, `\d`, `\d+`, `\dn`, `\df time_bucket`, `\x`
 //! and `\d nosuch` print what PostgreSQL 15 prints for the same objects, and `\l`
 //! lists the database. Skipped (with a note) when no `psql` binary is found.
-//!
-//! The expected outputs were printed by psql 15.18 against PostgreSQL 15.18 (initdb
-//! `--locale=C.UTF-8`, user `sundial` owning database `sundial`) after running [`SETUP`],
-//! `CREATE SCHEMA timescaledb_information` and TimescaleDB's 16 `time_bucket`
-//! signatures as SQL functions in `public`. Line-end spaces are trimmed on both sides.
+
+// The expected outputs were printed by psql 15.18 against PostgreSQL 15.18 (initdb
+// `--locale=C.UTF-8`, user `sundial` owning database `sundial`) after running `SETUP`,
+// `CREATE SCHEMA timescaledb_information` and TimescaleDB's 16 `time_bucket`
+// signatures as SQL functions in `public`. Line-end spaces are trimmed on both sides.
 
 use std::process::Command;
 

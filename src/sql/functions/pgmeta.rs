@@ -17,9 +17,7 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 
 use super::columnar;
-use crate::query::pg_catalog::{
-    self as pgc, CatalogCtx, NS_PG_CATALOG, NS_PUBLIC, PROCS, Rel, relations,
-};
+use crate::query::pg_catalog::{self as pgc, CatalogCtx, PROCS, Rel, relations};
 
 /// How an argument is coerced before the function sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -416,13 +414,7 @@ pub fn size_pretty(bytes: i64) -> String {
 fn regclass_name(rels: &[Rel], oid: i64) -> String {
     match rels.iter().find(|r| i64::from(r.oid) == oid) {
         Some(r) => {
-            let visible = match r.ns {
-                NS_PG_CATALOG => true,
-                NS_PUBLIC => !rels
-                    .iter()
-                    .any(|o| o.ns == NS_PG_CATALOG && o.name == r.name),
-                _ => false,
-            };
+            let visible = pgc::is_visible(rels, oid);
             if visible {
                 quote_ident(&r.name)
             } else {
@@ -454,18 +446,7 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
             let rels = relations(&c);
             let out: BooleanArray = ints(&a[0])?
                 .into_iter()
-                .map(|o| {
-                    o.map(|o| {
-                        rels.iter().any(|r| {
-                            i64::from(r.oid) == o
-                                && (r.ns == NS_PG_CATALOG
-                                    || (r.ns == NS_PUBLIC
-                                        && !rels
-                                            .iter()
-                                            .any(|x| x.ns == NS_PG_CATALOG && x.name == r.name)))
-                        })
-                    })
-                })
+                .map(|o| o.map(|o| pgc::is_visible(&rels, o)))
                 .collect();
             Ok(Arc::new(out))
         },
