@@ -1,8 +1,10 @@
 //! Query side: one DataFusion `SessionContext` per connection over a shared
-//! runtime, a catalog provider that exposes one database's tables and the
-//! TimescaleDB-style system views, and the hypertable table provider.
+//! runtime, a catalog provider that exposes one database's tables, the
+//! TimescaleDB-style system views and PostgreSQL's catalogs, and the hypertable
+//! table provider.
 
 pub mod dedup;
+pub mod pg_catalog;
 pub mod provider;
 pub mod system;
 
@@ -16,13 +18,17 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::engine::Engine;
+use pg_catalog::{CatalogCtx, CatalogSchema};
 use provider::HypertableProvider;
 
-/// Builds the DataFusion context of one connection to database `db`.
-pub fn new_context(engine: &Arc<Engine>, db: &str) -> SessionContext {
+/// Builds the DataFusion context of one connection (to database `cat.db`).
+/// DataFusion's own `information_schema` is off: Sundial provides PostgreSQL's.
+pub fn new_context(cat: &Arc<CatalogCtx>) -> SessionContext {
+    let engine = &cat.engine;
+    let db = cat.db.as_str();
     let mut cfg = SessionConfig::new()
         .with_default_catalog_and_schema(db, "public")
-        .with_information_schema(true)
+        .with_information_schema(false)
         .with_create_default_catalog_and_schema(false);
     {
         let o = cfg.options_mut();
@@ -47,6 +53,7 @@ pub fn new_context(engine: &Arc<Engine>, db: &str) -> SessionContext {
         Arc::new(DbCatalog {
             engine: engine.clone(),
             db: db.to_string(),
+            cat: cat.clone(),
         }),
     );
     ctx
@@ -57,11 +64,17 @@ pub fn new_context(engine: &Arc<Engine>, db: &str) -> SessionContext {
 struct DbCatalog {
     engine: Arc<Engine>,
     db: String,
+    cat: Arc<CatalogCtx>,
 }
 
 impl CatalogProvider for DbCatalog {
     fn schema_names(&self) -> Vec<String> {
-        vec!["public".into(), system::INFO_SCHEMA.into()]
+        vec![
+            "public".into(),
+            system::INFO_SCHEMA.into(),
+            "pg_catalog".into(),
+            "information_schema".into(),
+        ]
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
@@ -69,10 +82,15 @@ impl CatalogProvider for DbCatalog {
             "public" => Some(Arc::new(PublicSchema {
                 engine: self.engine.clone(),
                 db: self.db.clone(),
+                pg_catalog: CatalogSchema::pg_catalog(self.cat.clone()),
             })),
             system::INFO_SCHEMA => Some(Arc::new(system::InfoSchema::new(
                 self.engine.clone(),
                 self.db.clone(),
+            ))),
+            "pg_catalog" => Some(Arc::new(CatalogSchema::pg_catalog(self.cat.clone()))),
+            "information_schema" => Some(Arc::new(CatalogSchema::information_schema(
+                self.cat.clone(),
             ))),
             _ => None,
         }
@@ -80,10 +98,17 @@ impl CatalogProvider for DbCatalog {
 }
 
 /// The `public` schema: the database's tables plus `sundial_chunk_files`.
+///
+/// It also finds the `pg_catalog` relations when no table has the name, for names
+/// the SQL front door did not qualify. (That front door qualifies unqualified catalog
+/// names in queries with `pg_catalog.`, as PostgreSQL's search path starts with
+/// `pg_catalog`: unqualified `pg_class` is the catalog even when `public.pg_class`
+/// exists, and `public.pg_class` names the user table.)
 #[derive(Debug)]
 struct PublicSchema {
     engine: Arc<Engine>,
     db: String,
+    pg_catalog: CatalogSchema,
 }
 
 #[async_trait]
@@ -113,10 +138,12 @@ impl SchemaProvider for PublicSchema {
                 self.db.clone(),
             )));
         }
-        Ok(None)
+        Ok(self.pg_catalog.get(name))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        name == system::CHUNK_FILES || self.engine.catalog.snapshot().table(&self.db, name).is_ok()
+        self.pg_catalog.table_exist(name)
+            || name == system::CHUNK_FILES
+            || self.engine.catalog.snapshot().table(&self.db, name).is_ok()
     }
 }

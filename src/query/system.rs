@@ -109,6 +109,16 @@ impl SchemaProvider for InfoSchema {
     }
 }
 
+/// Schema of the `timescaledb_information` view `name`.
+pub fn info_schema_of(name: &str) -> Option<SchemaRef> {
+    Some(Arc::new(match name {
+        "hypertables" => hypertables_schema(),
+        "chunks" => chunks_schema(),
+        "dimensions" => dimensions_schema(),
+        _ => return None,
+    }))
+}
+
 fn chunk_files_schema() -> Schema {
     Schema::new(vec![
         text("hypertable_name"),

@@ -37,6 +37,13 @@ pub const FUNCTIONS: [&str; 8] = [
     "approximate_row_count",
 ];
 
+/// Functions also usable in FROM (registered as DataFusion table functions).
+pub const TABLE_FUNCTIONS: [&str; 3] = [
+    "show_chunks",
+    "hypertable_detailed_size",
+    "chunks_detailed_size",
+];
+
 /// Default `schedule_interval` of a retention policy, as TimescaleDB.
 const DEFAULT_SCHEDULE: i64 = 86_400_000_000;
 

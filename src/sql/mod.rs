@@ -10,6 +10,7 @@ pub mod gapfill;
 pub mod insert;
 pub mod interval;
 pub mod names;
+pub mod pgcompat;
 pub mod prepass;
 pub mod session;
 
@@ -171,6 +172,23 @@ impl VisitorMut for Normalize {
         ControlFlow::Continue(())
     }
 
+    fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
+        keep_rewritten_names(q);
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_select(&mut self, sel: &mut ast::Select) -> ControlFlow<()> {
+        names::mark_duplicates(sel);
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
+        pgcompat::prune_empty(q);
+        pgcompat::in_subquery_outside_filter(q);
+        pgcompat::sort_by_subquery(q);
+        ControlFlow::Continue(())
+    }
+
     fn pre_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<()> {
         if let ast::TableFactor::Table {
             name,
@@ -181,15 +199,12 @@ impl VisitorMut for Normalize {
         {
             positional(&mut targs.args, &["relation", "older_than", "newer_than"]);
         }
-        ControlFlow::Continue(())
-    }
-
-    fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
-        keep_rewritten_names(q);
+        pgcompat::table_factor(tf);
         ControlFlow::Continue(())
     }
 
     fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
+        pgcompat::expr(expr);
         if let ast::Expr::Function(f) = expr {
             let name = function_name(f);
             let res = match name.as_str() {
@@ -269,6 +284,8 @@ fn is_rewritten(e: &ast::Expr) -> bool {
             expr,
             ..
         } => !matches!(expr.as_ref(), ast::Expr::Value(_)),
+        ast::Expr::Cast { data_type, .. } => pgcompat::is_reg_cast(data_type),
+        ast::Expr::Subquery(_) => true,
         ast::Expr::Nested(inner) => is_rewritten(inner),
         _ => false,
     }
@@ -505,10 +522,16 @@ impl Session {
     /// Opens a session on database `db` (SQLSTATE 3D000 if it does not exist).
     pub fn new(engine: Arc<Engine>, db: &str, user: &str, pid: i32) -> Result<Session> {
         engine.catalog.snapshot().database(db)?;
-        let ctx = crate::query::new_context(&engine, db);
         let settings = session::default_settings(db, user);
+        let cat = Arc::new(crate::query::pg_catalog::CatalogCtx {
+            engine: engine.clone(),
+            db: db.to_string(),
+            settings: settings.clone(),
+        });
+        let ctx = crate::query::new_context(&cat);
         functions::register(&ctx, db, pid, settings.clone());
         chunks::register(&ctx, &engine, db);
+        functions::pgmeta::register(&ctx, cat);
         Ok(Session {
             engine,
             db: db.to_string(),

@@ -112,24 +112,63 @@ pub fn rename(schema: SchemaRef, names: Option<&[String]>) -> SchemaRef {
     }
 }
 
-/// Gives unaliased select items whose PostgreSQL names repeat an alias of their own,
-/// because DataFusion rejects duplicate projection names that PostgreSQL allows.
+/// Gives select items whose PostgreSQL names repeat an earlier name an alias of their
+/// own, because DataFusion rejects duplicate projection names that PostgreSQL allows.
 pub fn alias_duplicates(q: &mut Query) {
     let SetExpr::Select(sel) = q.body.as_mut() else {
         return;
     };
     let mut seen = std::collections::HashSet::new();
     for (i, item) in sel.projection.iter_mut().enumerate() {
-        if let SelectItem::UnnamedExpr(e) = item {
-            let name = expr_name(e);
-            if !seen.insert(name) {
-                let e =
-                    std::mem::replace(e, Expr::value(datafusion::sql::sqlparser::ast::Value::Null));
-                *item = SelectItem::ExprWithAlias {
-                    expr: e,
-                    alias: datafusion::sql::sqlparser::ast::Ident::new(format!("__sundial_col{i}")),
-                };
+        match item {
+            SelectItem::UnnamedExpr(e) => {
+                let name = expr_name(e);
+                if !seen.insert(name) {
+                    let e = std::mem::replace(
+                        e,
+                        Expr::value(datafusion::sql::sqlparser::ast::Value::Null),
+                    );
+                    *item = SelectItem::ExprWithAlias {
+                        expr: e,
+                        alias: datafusion::sql::sqlparser::ast::Ident::new(format!(
+                            "__sundial_col{i}"
+                        )),
+                    };
+                }
             }
+            // `SELECT time AS "time", extract(epoch from time) AS "time"` (Grafana)
+            SelectItem::ExprWithAlias { alias, .. } if !seen.insert(ident(alias)) => {
+                *alias = datafusion::sql::sqlparser::ast::Ident::new(format!("__sundial_col{i}"));
+            }
+            _ => {}
         }
+    }
+}
+
+/// Aliases select items of any `SELECT` (subqueries and set-operation branches too)
+/// whose PostgreSQL name repeats an earlier item's, as `name#sundial<i>` (read back as
+/// `name`): DataFusion rejects `SELECT pubname, NULL, NULL` in a `UNION` branch.
+pub fn mark_duplicates(sel: &mut datafusion::sql::sqlparser::ast::Select) {
+    let mut seen = std::collections::HashSet::new();
+    for (i, item) in sel.projection.iter_mut().enumerate() {
+        let (name, expr) = match item {
+            SelectItem::UnnamedExpr(e) => (expr_name(e), e),
+            SelectItem::ExprWithAlias { alias, expr } => (ident(alias), expr),
+            _ => continue,
+        };
+        if seen.insert(name.clone()) {
+            continue;
+        }
+        let e = std::mem::replace(
+            expr,
+            Expr::value(datafusion::sql::sqlparser::ast::Value::Null),
+        );
+        *item = SelectItem::ExprWithAlias {
+            expr: e,
+            alias: datafusion::sql::sqlparser::ast::Ident::with_quote(
+                '"',
+                format!("{name}{UNIQUE_MARK}{i}"),
+            ),
+        };
     }
 }

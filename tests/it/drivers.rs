@@ -48,7 +48,6 @@ fn asyncpg_binary_and_prepared() {
 }
 
 #[test]
-#[ignore = "SQLAlchemy's dialect reads pg_type on connect: needs pg_catalog"]
 fn sqlalchemy_and_pandas() {
     run_driver("python3", &["sqlalchemy_pandas_test.py"]);
 }

@@ -643,3 +643,15 @@ async fn half_sent_query_message_does_not_hurt_the_server() {
         .expect("query on a fresh connection");
     assert_eq!(rows[0].get::<_, String>(0), "one");
 }
+
+#[tokio::test]
+async fn comment_only_queries_get_empty_query_response() {
+    // Grafana's health check: lib/pq pings with `;`, pgx with `-- ping`.
+    let server = TestServer::start();
+    let mut raw = Raw::startup(&server.pg_addr, "sundial").await;
+    for q in [";", "-- ping", "/* ping */"] {
+        raw.send(b'Q', &cstr(q)).await;
+        let tags: Vec<u8> = raw.until_ready().await.iter().map(|(t, _)| *t).collect();
+        assert_eq!(tags, [b'I', b'Z'], "{q:?}");
+    }
+}

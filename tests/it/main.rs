@@ -6,5 +6,7 @@ mod errors;
 mod harness;
 mod influx;
 mod migrations;
+mod pg_catalog;
 mod pg_compare;
+mod psql;
 mod wire;

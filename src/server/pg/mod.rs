@@ -359,7 +359,32 @@ fn tag_of(tag: &str) -> Tag {
 }
 
 fn fields_for(schema: &SchemaRef, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
-    arrow_schema_to_pg_fields(schema, format, None)
+    arrow_schema_to_pg_fields(&catalog_types(schema), format, None)
+}
+
+/// Drops the catalog's `oid` / `"char"` column markers (field metadata) where a cast
+/// carried them onto another type (`oid::bigint`): only `Int32` columns are oids and
+/// only text columns are `"char"`.
+fn catalog_types(schema: &SchemaRef) -> arrow::datatypes::Schema {
+    let fields: Vec<arrow::datatypes::Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let keep = match f.data_type() {
+                DataType::Int32 => "pg.oid_alias",
+                DataType::Utf8 => "pg.char",
+                _ => "",
+            };
+            if f.metadata().keys().any(|k| k != keep) {
+                let mut m = f.metadata().clone();
+                m.retain(|k, _| k == keep);
+                f.as_ref().clone().with_metadata(m)
+            } else {
+                f.as_ref().clone()
+            }
+        })
+        .collect();
+    arrow::datatypes::Schema::new(fields)
 }
 
 fn to_response(c: &Conn, out: Output, format: &Format) -> PgWireResult<Response> {
@@ -444,6 +469,10 @@ impl SimpleQueryHandler for Handler {
             Ok(s) => s,
             Err(e) => return Ok(vec![Response::Error(Box::new(err_info(e)))]),
         };
+        // only comments (pgx's ping is `-- ping`): PostgreSQL answers EmptyQueryResponse
+        if stmts.is_empty() {
+            return Ok(vec![Response::EmptyQuery]);
+        }
         let mut out = vec![];
         for stmt in stmts {
             let started = std::time::Instant::now();
@@ -506,9 +535,7 @@ fn param_types(p: &Prepared) -> Vec<Option<DataType>> {
     let Prepared::Plan { plan, .. } = p else {
         return vec![];
     };
-    let Ok(types) = plan.get_parameter_types() else {
-        return vec![];
-    };
+    let types = placeholder_types(plan);
     let mut v: Vec<(usize, Option<DataType>)> = types
         .into_iter()
         .filter_map(|(k, t)| {
@@ -527,6 +554,32 @@ fn param_types(p: &Prepared) -> Vec<Option<DataType>> {
         }
     }
     out
+}
+
+/// Every `$n` of a plan with the first type found for it. (DataFusion's
+/// `get_parameter_types` fails when two uses infer different types and forgets a type
+/// when a later use has none; a statement then seemed to have no parameters.)
+fn placeholder_types(
+    plan: &datafusion::logical_expr::LogicalPlan,
+) -> HashMap<String, Option<DataType>> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::Expr;
+    let mut types: HashMap<String, Option<DataType>> = HashMap::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::Placeholder(ph) = e {
+                    let t = ph.field.as_ref().map(|f| f.data_type().clone());
+                    let slot = types.entry(ph.id.clone()).or_insert(None);
+                    if slot.is_none() {
+                        *slot = t;
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    types
 }
 
 fn result_schema(p: &Prepared) -> Option<SchemaRef> {
