@@ -5,6 +5,7 @@ mod durability;
 mod errors;
 mod harness;
 mod influx;
+mod lastpoint;
 mod migrations;
 mod pg_catalog;
 mod pg_compare;
