@@ -37,6 +37,9 @@ pub struct Spec {
     finish: i64,
     keys: Vec<usize>,
     fills: Vec<(usize, Fill)>,
+    /// Values before / after the range: locf's `prev`, interpolate's `prev` and
+    /// `next` (`(time, value)` records), per column.
+    seeds: Vec<(usize, Option<ScalarValue>, Option<ScalarValue>)>,
     /// Sort after filling: (column, descending).
     order: Vec<(usize, bool)>,
 }
@@ -50,6 +53,7 @@ pub struct Draft {
     finish: Option<Expr>,
     keys: Vec<usize>,
     fills: Vec<(usize, Fill)>,
+    seeds: Vec<(usize, Option<Expr>, Option<Expr>)>,
     order: Vec<(usize, bool)>,
 }
 
@@ -124,6 +128,7 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
     type Call = (usize, Expr, Expr, Option<Expr>, Option<Expr>);
     let mut found: Option<Call> = None;
     let mut fills = vec![];
+    let mut seeds = vec![];
     let mut texts = vec![];
     let mut aliases = vec![];
     for (i, item) in sel.projection.iter_mut().enumerate() {
@@ -220,20 +225,20 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
                         format!("function {name}() needs a value argument"),
                     ));
                 };
+                let arg = |k: usize, name: &str| -> Option<Expr> {
+                    args.iter()
+                        .find(|(n, _)| n.as_deref() == Some(name))
+                        .or_else(|| args.get(k).filter(|(n, _)| n.is_none()))
+                        .map(|(_, e)| e.clone())
+                        .filter(|e| !is_null(e))
+                };
                 let fill = if name == "locf" {
-                    if args.get(1).is_some_and(|(_, e)| !is_null(e)) {
-                        return Err(unsupported("locf: the prev argument is not supported"));
-                    }
-                    let skip = args
-                        .get(2)
-                        .is_some_and(|(_, e)| e.to_string().eq_ignore_ascii_case("true"));
+                    let skip = arg(2, "treat_null_as_missing")
+                        .is_some_and(|e| e.to_string().eq_ignore_ascii_case("true"));
+                    seeds.push((i, arg(1, "prev"), None));
                     Fill::Locf { skip_nulls: skip }
                 } else {
-                    if args.iter().skip(1).any(|(_, e)| !is_null(e)) {
-                        return Err(unsupported(
-                            "interpolate: prev and next arguments are not supported",
-                        ));
-                    }
+                    seeds.push((i, arg(1, "prev"), arg(2, "next")));
                     Fill::Interpolate
                 };
                 fills.push((i, fill));
@@ -328,6 +333,7 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
         finish,
         keys,
         fills,
+        seeds,
         order,
     }))
 }
@@ -423,6 +429,19 @@ async fn micros(s: &Session, e: &Expr) -> Result<i64> {
     }
 }
 
+/// Evaluates a `prev` / `next` argument once. A subquery that refers to the outer
+/// query (a seed per group) cannot be evaluated alone.
+async fn seed(s: &Session, e: &Expr) -> Result<ScalarValue> {
+    eval(s, e).await.map_err(|err| {
+        Error::sql(
+            "0A000",
+            format!(
+                "could not evaluate the gapfill prev/next argument on its own (a subquery referring to the outer query is not supported): {err}"
+            ),
+        )
+    })
+}
+
 impl Draft {
     /// Evaluates width, start and finish.
     pub async fn finish(self, s: &Session) -> Result<Spec> {
@@ -462,6 +481,19 @@ impl Draft {
             }
         };
         let _ = &self.ts;
+        let seeds: Vec<(usize, Option<Expr>, Option<Expr>)> = self.seeds.clone();
+        let mut evaluated = vec![];
+        for (c, prev, next) in seeds {
+            let prev = match prev {
+                Some(e) => Some(seed(s, &e).await?),
+                None => None,
+            };
+            let next = match next {
+                Some(e) => Some(seed(s, &e).await?),
+                None => None,
+            };
+            evaluated.push((c, prev, next));
+        }
         Ok(Spec {
             bucket: self.bucket,
             width,
@@ -469,6 +501,7 @@ impl Draft {
             finish,
             keys: self.keys,
             fills: self.fills,
+            seeds: evaluated,
             order: self.order,
         })
     }
@@ -600,8 +633,26 @@ pub fn apply(spec: &Spec, batch: RecordBatch) -> Result<RecordBatch> {
                 .unwrap_or(Fill::Null)
             {
                 Fill::Null => taken,
-                Fill::Locf { skip_nulls } => locf(&taken, &src, &rep_idx, skip_nulls)?,
-                Fill::Interpolate => interpolate(&taken, &times, &rep_idx)?,
+                Fill::Locf { skip_nulls } => {
+                    let prev = spec
+                        .seeds
+                        .iter()
+                        .find(|(i, _, _)| *i == c)
+                        .and_then(|(_, p, _)| p.clone());
+                    locf(&taken, &src, &rep_idx, skip_nulls, prev)?
+                }
+                Fill::Interpolate => {
+                    let (prev, next) = spec
+                        .seeds
+                        .iter()
+                        .find(|(i, _, _)| *i == c)
+                        .map(|(_, p, n)| -> Result<_> {
+                            Ok((point(p.as_ref())?, point(n.as_ref())?))
+                        })
+                        .transpose()?
+                        .unwrap_or((None, None));
+                    interpolate(&taken, &times, &rep_idx, prev, next)?
+                }
             }
         };
         cols.push(out);
@@ -633,6 +684,34 @@ pub fn apply(spec: &Spec, batch: RecordBatch) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema, cols)?)
 }
 
+/// A `(time, value)` seed record as µs and a float.
+fn point(v: Option<&ScalarValue>) -> Result<Option<(i64, f64)>> {
+    let Some(ScalarValue::Struct(st)) = v else {
+        return match v {
+            None => Ok(None),
+            Some(v) if v.is_null() => Ok(None),
+            Some(_) => Err(Error::sql(
+                "42804",
+                "interpolate: prev and next must be (time, value) records",
+            )),
+        };
+    };
+    if st.num_columns() != 2 || st.is_null(0) {
+        return Ok(None);
+    }
+    let t = arrow::compute::cast(
+        st.column(0),
+        &DataType::Timestamp(TimeUnit::Microsecond, None),
+    )?;
+    let t = t.as_primitive::<TimestampMicrosecondType>();
+    let v = arrow::compute::cast(st.column(1), &DataType::Float64)?;
+    let v = v.as_primitive::<arrow::datatypes::Float64Type>();
+    if t.is_null(0) || v.is_null(0) {
+        return Ok(None);
+    }
+    Ok(Some((t.value(0), v.value(0))))
+}
+
 /// `schema` with every field nullable.
 pub fn nullable(schema: &arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
     Arc::new(arrow::datatypes::Schema::new(
@@ -652,12 +731,23 @@ fn locf(
     src: &[Option<u32>],
     group: &arrow::array::UInt32Array,
     skip_nulls: bool,
+    prev: Option<ScalarValue>,
 ) -> Result<ArrayRef> {
-    let mut idx: Vec<Option<u32>> = Vec::with_capacity(col.len());
-    let mut last: Option<u32> = None;
-    for (i, s) in src.iter().enumerate().take(col.len()) {
+    // The seed, if any, is appended after the rows and starts every group.
+    let (col, seed) = match prev.filter(|p| !p.is_null()) {
+        Some(p) => {
+            let one = p.cast_to(col.data_type())?.to_array_of_size(1)?;
+            let joined = arrow::compute::concat(&[col.as_ref(), one.as_ref()])?;
+            (joined, Some(col.len() as u32))
+        }
+        None => (col.clone(), None),
+    };
+    let n = src.len();
+    let mut idx: Vec<Option<u32>> = Vec::with_capacity(n);
+    let mut last: Option<u32> = seed;
+    for (i, s) in src.iter().enumerate().take(n) {
         if i > 0 && group.value(i) != group.value(i - 1) {
-            last = None;
+            last = seed;
         }
         let real = s.is_some();
         if real && (col.is_valid(i) || !skip_nulls) {
@@ -667,7 +757,7 @@ fn locf(
             idx.push(last);
         }
     }
-    Ok(take(col, &arrow::array::UInt32Array::from(idx), None)?)
+    Ok(take(&col, &arrow::array::UInt32Array::from(idx), None)?)
 }
 
 /// Linear interpolation between the previous and next non-NULL values of the
@@ -676,6 +766,8 @@ fn interpolate(
     col: &ArrayRef,
     times: &[i64],
     group: &arrow::array::UInt32Array,
+    seed_prev: Option<(i64, f64)>,
+    seed_next: Option<(i64, f64)>,
 ) -> Result<ArrayRef> {
     let f = arrow::compute::cast(col, &DataType::Float64)?;
     let f = f.as_primitive::<arrow::datatypes::Float64Type>();
@@ -689,16 +781,20 @@ fn interpolate(
         while j < len && group.value(j) == group.value(i) {
             j += 1;
         }
-        let mut prev: Option<usize> = None;
+        let mut prev: Option<(i64, f64)> = seed_prev;
         for k in i..j {
             if f.is_valid(k) {
-                prev = Some(k);
+                prev = Some((times[k], f.value(k)));
                 continue;
             }
-            let next = (k + 1..j).find(|x| f.is_valid(*x));
-            if let (Some(p), Some(nx)) = (prev, next) {
-                let (t0, t1, t) = (times[p] as f64, times[nx] as f64, times[k] as f64);
-                let (v0, v1) = (f.value(p), f.value(nx));
+            let next = (k + 1..j)
+                .find(|x| f.is_valid(*x))
+                .map(|x| (times[x], f.value(x)))
+                .or(seed_next);
+            if let (Some((t0, v0)), Some((t1, v1))) = (prev, next)
+                && t1 != t0
+            {
+                let (t0, t1, t) = (t0 as f64, t1 as f64, times[k] as f64);
                 out[k] = Some(v0 + (v1 - v0) * (t - t0) / (t1 - t0));
             }
         }
