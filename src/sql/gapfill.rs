@@ -42,6 +42,8 @@ pub struct Spec {
     seeds: Vec<(usize, Option<ScalarValue>, Option<ScalarValue>)>,
     /// Sort after filling: (column, descending).
     order: Vec<(usize, bool)>,
+    /// Buckets follow this zone's wall clock (the time-zone form).
+    zone: Option<chrono_tz::Tz>,
 }
 
 /// The gapfill call and its arguments, before start/finish are evaluated.
@@ -55,6 +57,7 @@ pub struct Draft {
     fills: Vec<(usize, Fill)>,
     seeds: Vec<(usize, Option<Expr>, Option<Expr>)>,
     order: Vec<(usize, bool)>,
+    zone: Option<chrono_tz::Tz>,
 }
 
 fn fname(f: &ast::Function) -> String {
@@ -129,6 +132,7 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
     let mut found: Option<Call> = None;
     let mut fills = vec![];
     let mut seeds = vec![];
+    let mut zone: Option<chrono_tz::Tz> = None;
     let mut texts = vec![];
     let mut aliases = vec![];
     for (i, item) in sel.projection.iter_mut().enumerate() {
@@ -169,19 +173,48 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
                         "function time_bucket_gapfill with these arguments does not exist. Hint: time_bucket_gapfill(bucket_width interval, ts timestamptz [, start timestamptz, finish timestamptz])",
                     ));
                 };
-                if pos.len() > 4 || args.iter().any(|(n, _)| n.as_deref() == Some("timezone")) {
-                    return Err(unsupported(
-                        "time_bucket_gapfill with a time zone is not supported",
+                // The time-zone form: a zone name as third argument or `timezone =>`.
+                let zone_text = |e: &Expr| match e {
+                    Expr::Value(v) => match &v.value {
+                        ast::Value::SingleQuotedString(t) => Some(t.clone()),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                // A quoted third argument that is not a zone name is the start.
+                let tz_pos = pos
+                    .get(2)
+                    .and_then(|e| zone_text(e))
+                    .filter(|t| crate::sql::functions::time_bucket::parse_zone(t).is_ok());
+                let tz_named = named("timezone");
+
+                let shift = usize::from(tz_pos.is_some());
+                if pos.len() > 4 + shift {
+                    return Err(Error::sql(
+                        "42883",
+                        "function time_bucket_gapfill with these arguments does not exist",
                     ));
                 }
+                let tz_name = match (tz_pos, &tz_named) {
+                    (Some(t), _) => Some(t),
+                    (None, Some(e)) => Some(zone_text(e).ok_or_else(|| {
+                        unsupported("time_bucket_gapfill: the time zone must be a literal")
+                    })?),
+                    (None, None) => None,
+                };
+                if let Some(t) = &tz_name {
+                    zone = Some(crate::sql::functions::time_bucket::parse_zone(t).map_err(
+                        |_| Error::sql("22023", format!("time zone \"{t}\" not recognized")),
+                    )?);
+                }
                 let start = pos
-                    .get(2)
+                    .get(2 + shift)
                     .cloned()
                     .cloned()
                     .or_else(|| named("start"))
                     .filter(|e| !is_null(e));
                 let finish = pos
-                    .get(3)
+                    .get(3 + shift)
                     .cloned()
                     .cloned()
                     .or_else(|| named("finish"))
@@ -192,23 +225,27 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
                     ));
                 }
                 found = Some((i, width.clone(), ts.clone(), start, finish));
-                *e = Expr::Function(ast::Function {
-                    name: ast::ObjectName::from(vec![ast::Ident::new("time_bucket")]),
-                    uses_odbc_syntax: false,
-                    parameters: ast::FunctionArguments::None,
-                    args: ast::FunctionArguments::List(ast::FunctionArgumentList {
-                        duplicate_treatment: None,
-                        args: vec![
-                            FunctionArg::Unnamed(FunctionArgExpr::Expr(width)),
-                            FunctionArg::Unnamed(FunctionArgExpr::Expr(ts)),
-                        ],
-                        clauses: vec![],
-                    }),
-                    filter: None,
-                    null_treatment: None,
-                    over: None,
-                    within_group: vec![],
-                });
+                *e =
+                    Expr::Function(ast::Function {
+                        name: ast::ObjectName::from(vec![ast::Ident::new("time_bucket")]),
+                        uses_odbc_syntax: false,
+                        parameters: ast::FunctionArguments::None,
+                        args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+                            duplicate_treatment: None,
+                            args: [width, ts]
+                                .into_iter()
+                                .chain(tz_name.iter().map(|t| {
+                                    Expr::value(ast::Value::SingleQuotedString(t.clone()))
+                                }))
+                                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
+                                .collect(),
+                            clauses: vec![],
+                        }),
+                        filter: None,
+                        null_treatment: None,
+                        over: None,
+                        within_group: vec![],
+                    });
                 if unnamed {
                     let e = std::mem::replace(e, Expr::value(ast::Value::Null));
                     *item = SelectItem::ExprWithAlias {
@@ -335,6 +372,7 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
         fills,
         seeds,
         order,
+        zone,
     }))
 }
 
@@ -503,18 +541,28 @@ impl Draft {
             fills: self.fills,
             seeds: evaluated,
             order: self.order,
+            zone: self.zone,
         })
     }
 }
 
 /// Bucket starts from the bucket of `start` up to (not including) `finish`.
 fn buckets(spec: &Spec) -> Result<Vec<i64>> {
+    use crate::sql::functions::time_bucket::{from_local, to_local};
     let (m, d, n) = spec.width;
-    let first = crate::sql::functions::time_bucket::bucket(m, d, n, spec.start, None, 0)?;
+    // With a zone, buckets are computed on its wall clock and converted back.
+    let (local_start, to_utc): (i64, Box<dyn Fn(i64) -> Result<i64>>) = match spec.zone {
+        Some(tz) => (
+            to_local(&tz, spec.start)?,
+            Box::new(move |b| Ok(from_local(&tz, b)?)),
+        ),
+        None => (spec.start, Box::new(Ok)),
+    };
+    let first = crate::sql::functions::time_bucket::bucket(m, d, n, local_start, None, 0)?;
     let mut out = vec![];
     let mut b = first;
-    while b < spec.finish {
-        out.push(b);
+    while to_utc(b)? < spec.finish {
+        out.push(to_utc(b)?);
         if out.len() > 1_000_000 {
             return Err(Error::sql(
                 "54000",

@@ -350,7 +350,7 @@ fn parse_origin(text: &str) -> Option<i64> {
 }
 
 /// UTC µs → the same instant's wall-clock time in `tz`, as µs since the epoch.
-fn to_local(tz: &chrono_tz::Tz, utc: i64) -> Result<i64> {
+pub fn to_local(tz: &chrono_tz::Tz, utc: i64) -> Result<i64> {
     let dt = chrono::DateTime::from_timestamp_micros(utc)
         .ok_or_else(|| user_err("22008", "timestamp out of range"))?;
     let off = tz.offset_from_utc_datetime(&dt.naive_utc()).fix();
@@ -360,7 +360,7 @@ fn to_local(tz: &chrono_tz::Tz, utc: i64) -> Result<i64> {
 /// Wall-clock µs in `tz` → UTC µs, resolving DST like PostgreSQL: a time skipped by a
 /// spring-forward gap uses the offset from before the gap, an ambiguous fall-back time
 /// the offset from after it.
-fn from_local(tz: &chrono_tz::Tz, local: i64) -> Result<i64> {
+pub fn from_local(tz: &chrono_tz::Tz, local: i64) -> Result<i64> {
     let naive = chrono::DateTime::from_timestamp_micros(local)
         .ok_or_else(|| user_err("22008", "timestamp out of range"))?
         .naive_utc();
