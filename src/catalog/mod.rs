@@ -102,6 +102,10 @@ pub struct FileMeta {
     pub id: u64,
     /// Start of the chunk (microseconds since the epoch); 0 for plain tables.
     pub chunk_start: i64,
+    /// End of the chunk when it was cut with an earlier chunk interval
+    /// (`set_chunk_time_interval`); `None`: start + the table's interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_end: Option<i64>,
     /// Object-store path.
     pub path: String,
     pub rows: u64,
@@ -156,6 +160,24 @@ impl TableDef {
             Some(iv) if iv > 0 => t.div_euclid(iv) * iv,
             _ => 0,
         }
+    }
+
+    /// End of the chunk holding file `f`.
+    pub fn file_chunk_end(&self, f: &FileMeta) -> i64 {
+        f.chunk_end.unwrap_or_else(|| {
+            f.chunk_start
+                .saturating_add(self.chunk_interval_micros.unwrap_or(i64::MAX))
+        })
+    }
+
+    /// End of chunk `start`: the widest range of its files, else one interval.
+    pub fn chunk_end(&self, start: i64) -> i64 {
+        self.files
+            .iter()
+            .filter(|f| f.chunk_start == start)
+            .map(|f| self.file_chunk_end(f))
+            .max()
+            .unwrap_or_else(|| start.saturating_add(self.chunk_interval_micros.unwrap_or(i64::MAX)))
     }
 
     /// TimescaleDB-style chunk name.

@@ -632,6 +632,7 @@ fn mem_chunk_meta(table: &TableDef, start: i64, batches: &[MemBatch]) -> FileMet
         }
     }
     FileMeta {
+        chunk_end: None,
         id: 0,
         chunk_start: start,
         path: String::new(),

@@ -167,7 +167,7 @@ fn chunk_files_rows(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
             cn.push(t.chunk_name(f.chunk_start));
             let iv = t.chunk_interval_micros;
             rs.push(iv.map(|_| f.chunk_start));
-            re.push(iv.map(|iv| f.chunk_start.saturating_add(iv)));
+            re.push(iv.map(|_| t.file_chunk_end(f)));
             fp.push(f.path.clone());
             rc.push(f.rows as i64);
             bs.push(f.bytes as i64);
@@ -421,7 +421,6 @@ fn chunks(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
         .into_iter()
         .filter(|t| t.is_hypertable())
     {
-        let iv = t.chunk_interval_micros.unwrap_or(0);
         let tc = t.time_column.clone().unwrap_or_default();
         let ty = t
             .column(&tc)
@@ -433,7 +432,7 @@ fn chunks(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
             pd.push(tc.clone());
             pt.push(ty.clone());
             rs.push(Some(start));
-            re.push(Some(start.saturating_add(iv)));
+            re.push(Some(t.chunk_end(start)));
         }
     }
     let n = ht.len();

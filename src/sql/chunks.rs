@@ -343,11 +343,10 @@ fn select_chunks(
     older: Option<i64>,
     newer: Option<i64>,
 ) -> Vec<i64> {
-    let iv = t.chunk_interval_micros.unwrap_or(i64::MAX);
     chunk_starts(engine, t)
         .into_iter()
         .filter(|start| {
-            older.is_none_or(|o| start.saturating_add(iv) <= o) && newer.is_none_or(|n| *start >= n)
+            older.is_none_or(|o| t.chunk_end(*start) <= o) && newer.is_none_or(|n| *start >= n)
         })
         .collect()
 }
@@ -769,6 +768,7 @@ async fn rewrite_without(
         Some(FileMeta {
             id,
             chunk_start: f.chunk_start,
+            chunk_end: f.chunk_end,
             path: new_path.to_string(),
             rows: kept,
             bytes,

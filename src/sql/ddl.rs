@@ -132,7 +132,7 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
                 management_call(stmt).ok_or_else(|| Error::Internal("not a call".into()))?;
             match name.as_str() {
                 "create_hypertable" => create_hypertable(s, &args),
-                "set_chunk_time_interval" => set_chunk_time_interval(s, &args),
+                "set_chunk_time_interval" => set_chunk_time_interval(s, &args).await,
                 "sundial_flush" => {
                     let n = s.engine.writer.flush_all().await?;
                     one_text_row("sundial_flush", n.to_string())
@@ -706,7 +706,7 @@ fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
     one_text_row("create_hypertable", text)
 }
 
-fn set_chunk_time_interval(s: &Session, args: &[FunctionArg]) -> Result<Output> {
+async fn set_chunk_time_interval(s: &Session, args: &[FunctionArg]) -> Result<Output> {
     let (pos, named) = split_args(args);
     let table = regclass_name(pos.first().ok_or_else(|| {
         Error::sql(
@@ -729,6 +729,15 @@ fn set_chunk_time_interval(s: &Session, args: &[FunctionArg]) -> Result<Output> 
             )
         })?;
     let micros = interval_arg(iv)?;
+    if micros <= 0 {
+        return Err(Error::sql(
+            "22023",
+            "invalid chunk interval: must be positive",
+        ));
+    }
+    // Rows in memory belong to chunks of the old interval: write them out first, so
+    // every existing chunk keeps its range (new chunks use the new interval).
+    s.engine.writer.flush_all().await?;
     let db = s.db.clone();
     s.engine.catalog.update(|m| {
         let t = m
@@ -742,12 +751,12 @@ fn set_chunk_time_interval(s: &Session, args: &[FunctionArg]) -> Result<Output> 
                 format!("table \"{table}\" is not a hypertable"),
             ));
         }
-        if !t.files.is_empty() {
-            return Err(Error::NotSupported(
-                "changing the chunk interval of a hypertable that has chunk files".into(),
-            ));
+        let tm = Arc::make_mut(t);
+        for i in 0..tm.files.len() {
+            let end = tm.file_chunk_end(&tm.files[i]);
+            tm.files[i].chunk_end.get_or_insert(end);
         }
-        Arc::make_mut(t).chunk_interval_micros = Some(micros);
+        tm.chunk_interval_micros = Some(micros);
         Ok(())
     })?;
     one_text_row("set_chunk_time_interval", String::new())

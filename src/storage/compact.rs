@@ -35,22 +35,31 @@ pub async fn compact_all(engine: &Engine, only_cold: bool) -> Result<usize> {
     let mut done = 0;
     for (db, d) in &manifest.databases {
         for t in d.tables.values() {
-            let mut starts: Vec<i64> = t.files.iter().map(|f| f.chunk_start).collect();
+            // Files cut with different chunk intervals stay apart.
+            let mut starts: Vec<(i64, Option<i64>)> = t
+                .files
+                .iter()
+                .map(|f| (f.chunk_start, f.chunk_end))
+                .collect();
             starts.sort_unstable();
             starts.dedup();
             let hot: Vec<i64> = match engine.writer.view(t.id) {
                 Some(v) => v.mem.iter().map(|(s, _)| *s).collect(),
                 None => continue,
             };
-            for start in starts {
-                let n = t.files.iter().filter(|f| f.chunk_start == start).count();
+            for (start, end) in starts {
+                let n = t
+                    .files
+                    .iter()
+                    .filter(|f| f.chunk_start == start && f.chunk_end == end)
+                    .count();
                 if n < 2 || (only_cold && hot.contains(&start)) {
                     continue;
                 }
                 if engine.shutdown.is_cancelled() {
                     return Ok(done);
                 }
-                compact_chunk(engine, db, t, start).await?;
+                compact_chunk(engine, db, t, start, end).await?;
                 done += 1;
             }
         }
@@ -59,11 +68,17 @@ pub async fn compact_all(engine: &Engine, only_cold: bool) -> Result<usize> {
 }
 
 /// Merges the files of chunk `start` of `table` into one.
-async fn compact_chunk(engine: &Engine, db: &str, table: &TableDef, start: i64) -> Result<()> {
+async fn compact_chunk(
+    engine: &Engine,
+    db: &str,
+    table: &TableDef,
+    start: i64,
+    end: Option<i64>,
+) -> Result<()> {
     let files: Vec<&FileMeta> = table
         .files
         .iter()
-        .filter(|f| f.chunk_start == start)
+        .filter(|f| f.chunk_start == start && f.chunk_end == end)
         .collect();
     let schema = table.schema();
     let keys: Vec<usize> = match dedup::key_indices(table, &schema) {
@@ -143,6 +158,7 @@ async fn compact_chunk(engine: &Engine, db: &str, table: &TableDef, start: i64) 
     let meta = FileMeta {
         id,
         chunk_start: start,
+        chunk_end: end,
         path: path.to_string(),
         rows,
         bytes,

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use arrow::array::AsArray;
+
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::compute::{SortColumn, SortOptions, cast, lexsort_to_indices, take_record_batch};
 use arrow::datatypes::{DataType, SchemaRef};
@@ -117,7 +119,26 @@ pub async fn write_chunk_file(
     let path = file_path(db, table.id, chunk_start, file_id);
     let bytes = buf.len() as u64;
     store.put(&path, PutPayload::from(buf)).await?;
+    // Rows cut into chunks before a chunk-interval change can reach past the current
+    // interval: record the wider end so drop_chunks never drops newer rows with them.
+    let chunk_end = match (table.time_index(), table.chunk_interval_micros) {
+        (Some(i), Some(iv)) if sorted.num_rows() > 0 => {
+            let micros = arrow::compute::cast(
+                sorted.column(i),
+                &arrow::datatypes::DataType::Timestamp(
+                    arrow::datatypes::TimeUnit::Microsecond,
+                    None,
+                ),
+            )?;
+            let micros = arrow::compute::cast(&micros, &arrow::datatypes::DataType::Int64)?;
+            let max = arrow::compute::max(micros.as_primitive::<arrow::datatypes::Int64Type>());
+            max.filter(|m| *m >= chunk_start.saturating_add(iv))
+                .map(|m| m.saturating_add(1))
+        }
+        _ => None,
+    };
     Ok(FileMeta {
+        chunk_end,
         id: file_id,
         chunk_start,
         path: path.to_string(),
