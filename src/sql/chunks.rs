@@ -234,35 +234,12 @@ pub async fn call(s: &Session, name: &str, args: &[FunctionArg]) -> Result<Outpu
         "hypertable_detailed_size" => {
             let a = Args::new(name, args, &["hypertable"])?;
             let table = relation(s, name, a.get(0))?;
-            let b = table_bytes(&table);
-            rows_output(
-                result_schema(name),
-                vec![
-                    Arc::new(Int64Array::from(vec![b])),
-                    Arc::new(Int64Array::from(vec![0])),
-                    Arc::new(Int64Array::from(vec![0])),
-                    Arc::new(Int64Array::from(vec![b])),
-                    Arc::new(StringArray::from(vec![None::<String>])),
-                ],
-            )
+            rows_output(result_schema(name), detailed_size_columns(&table))
         }
         "chunks_detailed_size" => {
             let a = Args::new(name, args, &["hypertable"])?;
             let table = relation(s, name, a.get(0))?;
-            let (names, sizes) = chunk_sizes(&s.engine, &table);
-            let n = names.len();
-            rows_output(
-                result_schema(name),
-                vec![
-                    Arc::new(StringArray::from(vec!["_timescaledb_internal"; n])),
-                    Arc::new(StringArray::from(names)),
-                    Arc::new(Int64Array::from(sizes.clone())),
-                    Arc::new(Int64Array::from(vec![0; n])),
-                    Arc::new(Int64Array::from(vec![0; n])),
-                    Arc::new(Int64Array::from(sizes)),
-                    Arc::new(StringArray::from(vec![None::<String>; n])),
-                ],
-            )
+            rows_output(result_schema(name), chunk_size_columns(&s.engine, &table))
         }
         _ => Err(Error::Internal(format!("unhandled function {name}"))),
     }
@@ -881,29 +858,8 @@ impl datafusion::catalog::TableFunctionImpl for ChunkFn {
                     starts.iter().map(|c| qualified(&t, *c)).collect::<Vec<_>>(),
                 ))]
             }
-            "hypertable_detailed_size" => {
-                let b = table_bytes(&t);
-                vec![
-                    Arc::new(Int64Array::from(vec![b])),
-                    Arc::new(Int64Array::from(vec![0])),
-                    Arc::new(Int64Array::from(vec![0])),
-                    Arc::new(Int64Array::from(vec![b])),
-                    Arc::new(StringArray::from(vec![None::<String>])),
-                ]
-            }
-            _ => {
-                let (names, sizes) = chunk_sizes(&self.engine, &t);
-                let n = names.len();
-                vec![
-                    Arc::new(StringArray::from(vec!["_timescaledb_internal"; n])),
-                    Arc::new(StringArray::from(names)),
-                    Arc::new(Int64Array::from(sizes.clone())),
-                    Arc::new(Int64Array::from(vec![0; n])),
-                    Arc::new(Int64Array::from(vec![0; n])),
-                    Arc::new(Int64Array::from(sizes)),
-                    Arc::new(StringArray::from(vec![None::<String>; n])),
-                ]
-            }
+            "hypertable_detailed_size" => detailed_size_columns(&t),
+            _ => chunk_size_columns(&self.engine, &t),
         };
         let batch = RecordBatch::try_new(schema.clone(), columns)?;
         Ok(Arc::new(datafusion::datasource::MemTable::try_new(
@@ -911,6 +867,33 @@ impl datafusion::catalog::TableFunctionImpl for ChunkFn {
             vec![vec![batch]],
         )?))
     }
+}
+
+/// The row of `hypertable_detailed_size`: all bytes are table bytes (no indexes).
+fn detailed_size_columns(t: &TableDef) -> Vec<Arc<dyn Array>> {
+    let b = table_bytes(t);
+    vec![
+        Arc::new(Int64Array::from(vec![b])),
+        Arc::new(Int64Array::from(vec![0])),
+        Arc::new(Int64Array::from(vec![0])),
+        Arc::new(Int64Array::from(vec![b])),
+        Arc::new(StringArray::from(vec![None::<String>])),
+    ]
+}
+
+/// The rows of `chunks_detailed_size`.
+fn chunk_size_columns(engine: &Engine, t: &TableDef) -> Vec<Arc<dyn Array>> {
+    let (names, sizes) = chunk_sizes(engine, t);
+    let n = names.len();
+    vec![
+        Arc::new(StringArray::from(vec!["_timescaledb_internal"; n])),
+        Arc::new(StringArray::from(names)),
+        Arc::new(Int64Array::from(sizes.clone())),
+        Arc::new(Int64Array::from(vec![0; n])),
+        Arc::new(Int64Array::from(vec![0; n])),
+        Arc::new(Int64Array::from(sizes)),
+        Arc::new(StringArray::from(vec![None::<String>; n])),
+    ]
 }
 
 /// Chunk names and their file bytes.
