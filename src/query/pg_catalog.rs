@@ -14,13 +14,9 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, IntervalUnit, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
-use datafusion::catalog::{SchemaProvider, Session};
+use datafusion::catalog::SchemaProvider;
 use datafusion::datasource::TableProvider;
-use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result as DfResult;
-use datafusion::logical_expr::{Expr, TableType};
-use datafusion::physical_plan::ExecutionPlan;
 
 use crate::catalog::{SqlType, TableDef};
 use crate::engine::Engine;
@@ -597,41 +593,6 @@ fn i(v: impl Into<i64>) -> V {
 type Row = Vec<(&'static str, V)>;
 
 /// A catalog relation as a DataFusion table: rows are computed when it is scanned.
-#[derive(Debug)]
-struct CatalogTable {
-    ctx: Arc<CatalogCtx>,
-    def: &'static RelDef,
-    ns: i32,
-    schema: SchemaRef,
-}
-
-#[async_trait]
-impl TableProvider for CatalogTable {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-    fn table_type(&self) -> TableType {
-        TableType::View
-    }
-    async fn scan(
-        &self,
-        _state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let rows = if self.ns == NS_PG_CATALOG {
-            pg_rows(&self.ctx, self.def.name)
-        } else {
-            info_rows(&self.ctx, self.def.name)
-        };
-        let batch = to_batch(self.def, &self.schema, rows)?;
-        let src =
-            MemorySourceConfig::try_new(&[vec![batch]], self.schema.clone(), projection.cloned())?;
-        Ok(DataSourceExec::from_data_source(src))
-    }
-}
-
 /// Default of a column nobody set: catalog tables are NOT NULL for fixed-width columns.
 fn default_value(t: T, table: bool) -> V {
     if !table {
@@ -1640,12 +1601,19 @@ impl CatalogSchema {
     /// The relation `name` of this schema as a table.
     pub fn get(&self, name: &str) -> Option<Arc<dyn TableProvider>> {
         let def = self.rels.iter().find(|d| d.name == name)?;
-        Some(Arc::new(CatalogTable {
-            ctx: self.ctx.clone(),
-            def,
-            ns: self.ns,
-            schema: def.schema(),
-        }))
+        let (ctx, ns, schema) = (self.ctx.clone(), self.ns, def.schema());
+        let out = schema.clone();
+        Some(Arc::new(crate::query::system::SystemTable::new(
+            schema,
+            move || {
+                let rows = if ns == NS_PG_CATALOG {
+                    pg_rows(&ctx, def.name)
+                } else {
+                    info_rows(&ctx, def.name)
+                };
+                to_batch(def, &out, rows)
+            },
+        )))
     }
 }
 

@@ -29,13 +29,39 @@ pub const CHUNK_FILES: &str = "sundial_chunk_files";
 
 type Builder = fn(&Engine, &str) -> DfResult<RecordBatch>;
 
-/// A read-only table whose rows are computed when it is scanned.
-#[derive(Debug)]
+/// Computes a system table's rows.
+type Rows = Box<dyn Fn() -> DfResult<RecordBatch> + Send + Sync>;
+
+/// A read-only table whose rows are computed when it is scanned (the
+/// TimescaleDB-style views here, pg_catalog and information_schema).
 pub struct SystemTable {
-    engine: Arc<Engine>,
-    db: String,
     schema: SchemaRef,
-    build: Builder,
+    build: Rows,
+}
+
+impl std::fmt::Debug for SystemTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SystemTable")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SystemTable {
+    pub fn new(
+        schema: SchemaRef,
+        build: impl Fn() -> DfResult<RecordBatch> + Send + Sync + 'static,
+    ) -> SystemTable {
+        SystemTable {
+            schema,
+            build: Box::new(build),
+        }
+    }
+
+    /// A view of database `db` computed by `build` from the engine's catalog.
+    fn of(engine: Arc<Engine>, db: String, schema: Schema, build: Builder) -> SystemTable {
+        SystemTable::new(Arc::new(schema), move || build(&engine, &db))
+    }
 }
 
 #[async_trait]
@@ -53,7 +79,7 @@ impl TableProvider for SystemTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let batch = (self.build)(&self.engine, &self.db)?;
+        let batch = (self.build)()?;
         let src =
             MemorySourceConfig::try_new(&[vec![batch]], self.schema.clone(), projection.cloned())?;
         Ok(DataSourceExec::from_data_source(src))
@@ -97,12 +123,12 @@ impl SchemaProvider for InfoSchema {
             "job_stats" => (job_stats_schema(), job_stats),
             _ => return Ok(None),
         };
-        Ok(Some(Arc::new(SystemTable {
-            engine: self.engine.clone(),
-            db: self.db.clone(),
-            schema: Arc::new(schema),
+        Ok(Some(Arc::new(SystemTable::of(
+            self.engine.clone(),
+            self.db.clone(),
+            schema,
             build,
-        })))
+        ))))
     }
     fn table_exist(&self, name: &str) -> bool {
         INFO_TABLES.contains(&name)
@@ -133,12 +159,12 @@ fn chunk_files_schema() -> Schema {
 
 /// `sundial_chunk_files`.
 pub fn chunk_files(engine: Arc<Engine>, db: String) -> Arc<dyn TableProvider> {
-    Arc::new(SystemTable {
+    Arc::new(SystemTable::of(
         engine,
         db,
-        schema: Arc::new(chunk_files_schema()),
-        build: chunk_files_rows,
-    })
+        chunk_files_schema(),
+        chunk_files_rows,
+    ))
 }
 
 fn tables_of(engine: &Engine, db: &str) -> Vec<Arc<TableDef>> {
@@ -223,24 +249,34 @@ fn hypertables(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
             )),
             Arc::new(BooleanArray::from(vec![false; n])),
             Arc::new(StringArray::from(vec![None::<String>; n])),
-            Arc::new(StringArray::from(
-                hts.iter()
-                    .map(|t| t.time_column.clone().unwrap_or_default())
-                    .collect::<Vec<_>>(),
-            )),
-            Arc::new(StringArray::from(
-                hts.iter()
-                    .map(|t| {
-                        t.time_column
-                            .as_deref()
-                            .and_then(|c| t.column(c))
-                            .map(|c| c.sql_type.pg_name())
-                            .unwrap_or_default()
-                    })
-                    .collect::<Vec<_>>(),
-            )),
+            time_column_names(&hts),
+            time_column_types(&hts),
         ],
     )
+}
+
+/// The partitioning column of each hypertable.
+fn time_column_names(hts: &[Arc<TableDef>]) -> ArrayRef {
+    Arc::new(StringArray::from(
+        hts.iter()
+            .map(|t| t.time_column.clone().unwrap_or_default())
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// The PostgreSQL type of each hypertable's partitioning column.
+fn time_column_types(hts: &[Arc<TableDef>]) -> ArrayRef {
+    Arc::new(StringArray::from(
+        hts.iter().map(time_type).collect::<Vec<_>>(),
+    ))
+}
+
+fn time_type(t: &Arc<TableDef>) -> String {
+    t.time_column
+        .as_deref()
+        .and_then(|c| t.column(c))
+        .map(|c| c.sql_type.pg_name())
+        .unwrap_or_default()
 }
 
 fn interval_of(micros: i64) -> IntervalMonthDayNano {
@@ -422,10 +458,7 @@ fn chunks(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
         .filter(|t| t.is_hypertable())
     {
         let tc = t.time_column.clone().unwrap_or_default();
-        let ty = t
-            .column(&tc)
-            .map(|c| c.sql_type.pg_name())
-            .unwrap_or_default();
+        let ty = time_type(&t);
         for start in chunk_starts(engine, &t) {
             ht.push(t.name.clone());
             cn.push(t.chunk_name(start));
@@ -497,22 +530,8 @@ fn dimensions(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
                 hts.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
             )),
             Arc::new(Int64Array::from(vec![1i64; n])),
-            Arc::new(StringArray::from(
-                hts.iter()
-                    .map(|t| t.time_column.clone().unwrap_or_default())
-                    .collect::<Vec<_>>(),
-            )),
-            Arc::new(StringArray::from(
-                hts.iter()
-                    .map(|t| {
-                        t.time_column
-                            .as_deref()
-                            .and_then(|c| t.column(c))
-                            .map(|c| c.sql_type.pg_name())
-                            .unwrap_or_default()
-                    })
-                    .collect::<Vec<_>>(),
-            )),
+            time_column_names(&hts),
+            time_column_types(&hts),
             Arc::new(StringArray::from(vec!["Time"; n])),
             Arc::new(IntervalMonthDayNanoArray::from(iv)),
             Arc::new(Int64Array::from(vec![None; n])),
