@@ -225,27 +225,13 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
                     ));
                 }
                 found = Some((i, width.clone(), ts.clone(), start, finish));
-                *e =
-                    Expr::Function(ast::Function {
-                        name: ast::ObjectName::from(vec![ast::Ident::new("time_bucket")]),
-                        uses_odbc_syntax: false,
-                        parameters: ast::FunctionArguments::None,
-                        args: ast::FunctionArguments::List(ast::FunctionArgumentList {
-                            duplicate_treatment: None,
-                            args: [width, ts]
-                                .into_iter()
-                                .chain(tz_name.iter().map(|t| {
-                                    Expr::value(ast::Value::SingleQuotedString(t.clone()))
-                                }))
-                                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
-                                .collect(),
-                            clauses: vec![],
-                        }),
-                        filter: None,
-                        null_treatment: None,
-                        over: None,
-                        within_group: vec![],
-                    });
+                let mut args = vec![width, ts];
+                args.extend(
+                    tz_name
+                        .iter()
+                        .map(|t| Expr::value(ast::Value::SingleQuotedString(t.clone()))),
+                );
+                *e = super::pgcompat::call("time_bucket", args);
                 if unnamed {
                     let e = std::mem::replace(e, Expr::value(ast::Value::Null));
                     *item = SelectItem::ExprWithAlias {

@@ -31,7 +31,8 @@ fn strip_pg_catalog(n: &mut ObjectName) {
     }
 }
 
-fn call(name: &str, args: Vec<Expr>) -> Expr {
+/// A plain call `name(args...)`.
+pub(crate) fn call(name: &str, args: Vec<Expr>) -> Expr {
     Expr::Function(ast::Function {
         name: ObjectName::from(vec![Ident::new(name)]),
         uses_odbc_syntax: false,
