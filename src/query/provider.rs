@@ -25,6 +25,7 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::StreamExt;
@@ -141,7 +142,6 @@ impl HypertableProvider {
         projection: Option<&Vec<usize>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         use datafusion::physical_expr::expressions::NotExpr;
-        use datafusion::physical_plan::filter::FilterExec;
         let tcol = table.time_column.clone().unwrap_or_default();
         let inside = in_ranges(schema, &tcol, dirty)?;
         let outside: Arc<dyn datafusion::physical_expr::PhysicalExpr> =
@@ -186,23 +186,40 @@ impl HypertableProvider {
         let both = UnionExec::try_new(vec![pass, merged])?;
         match projection {
             None => Ok(both),
-            Some(cols) => {
-                use datafusion::physical_expr::expressions::Column as PCol;
-                use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
-                let exprs = cols
-                    .iter()
-                    .map(|i| {
-                        let name = schema.field(*i).name().clone();
-                        ProjectionExpr {
-                            expr: Arc::new(PCol::new(&name, *i)),
-                            alias: name,
-                        }
-                    })
-                    .collect::<Vec<_>>();
-                Ok(Arc::new(ProjectionExec::try_new(exprs, both)?))
-            }
+            Some(cols) => select_columns(both, cols),
         }
     }
+}
+
+/// The columns `cols` (by position) of `input`'s rows.
+fn select_columns(
+    input: Arc<dyn ExecutionPlan>,
+    cols: &[usize],
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    use datafusion::physical_expr::expressions::Column as PCol;
+    use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+    let schema = input.schema();
+    let exprs = cols
+        .iter()
+        .map(|i| {
+            let name = schema.field(*i).name().clone();
+            ProjectionExpr {
+                expr: Arc::new(PCol::new(&name, *i)),
+                alias: name,
+            }
+        })
+        .collect::<Vec<_>>();
+    Ok(Arc::new(ProjectionExec::try_new(exprs, input)?))
+}
+
+/// Whether `e` reads the time column and nothing else (and gives the same answer each
+/// time): the filters the scan applies itself.
+fn is_time_filter(table: &TableDef, e: &Expr) -> bool {
+    let Some(tc) = &table.time_column else {
+        return false;
+    };
+    let refs = e.column_refs();
+    !refs.is_empty() && refs.iter().all(|c| &c.name == tc) && !e.is_volatile()
 }
 
 /// Time range of a file from its statistics; unbounded when unknown.
@@ -395,7 +412,10 @@ impl PruningStatistics for ContainerStats<'_> {
     }
 }
 
-fn file_stats<'a>(schema: &SchemaRef, files: &'a [FileMeta]) -> ContainerStats<'a> {
+fn file_stats<'a>(
+    schema: &SchemaRef,
+    files: impl IntoIterator<Item = &'a FileMeta>,
+) -> ContainerStats<'a> {
     let mut s = ContainerStats {
         schema: schema.clone(),
         mins: vec![],
@@ -426,6 +446,48 @@ fn file_stats<'a>(schema: &SchemaRef, files: &'a [FileMeta]) -> ContainerStats<'
         s.rows.push(Some(f.rows));
     }
     s
+}
+
+/// For each file, whether its statistics prove that `pred` is true on every row:
+/// `NOT pred` cannot match, and the columns `pred` reads hold no NULL (where `pred`
+/// would be NULL rather than true).
+pub fn files_all_match<'a>(
+    state: &dyn Session,
+    schema: &SchemaRef,
+    pred: &Expr,
+    files: impl IntoIterator<Item = &'a FileMeta>,
+) -> DfResult<Vec<bool>> {
+    use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
+    let files: Vec<&FileMeta> = files.into_iter().collect();
+    let df_schema = Arc::new(DFSchema::try_from(schema.as_ref().clone())?);
+    let ctx = SimplifyContext::builder()
+        .with_schema(df_schema.clone())
+        .build();
+    // Simplifying pushes the NOT down to comparisons the pruning predicate understands.
+    let pred = datafusion::logical_expr::expr_rewriter::unnormalize_col(pred.clone());
+    let negated = ExprSimplifier::new(ctx).simplify(datafusion::logical_expr::not(pred.clone()))?;
+    let negated = state.create_physical_expr(negated, &df_schema)?;
+    let survivors = PruningPredicateBuilder::new()
+        .with_file_schema(schema.clone())
+        .build(negated);
+    let may_fail = prune(
+        survivors.as_deref(),
+        &file_stats(schema, files.iter().copied()),
+    );
+    let refs = pred.column_refs();
+    Ok(files
+        .iter()
+        .zip(may_fail)
+        .map(|(f, may_fail)| {
+            !may_fail
+                && refs.iter().all(|c| {
+                    f.stats
+                        .iter()
+                        .find(|st| st.column == c.name)
+                        .is_some_and(|st| st.null_count == Some(0))
+                })
+        })
+        .collect())
 }
 
 /// For each file, whether its statistics allow a row matching `pred` (true = read it).
@@ -463,11 +525,23 @@ impl TableProvider for HypertableProvider {
         self.defaults.get(column)
     }
 
+    /// Filters on the time column alone are applied by the scan itself (exactly), so
+    /// a file whose statistics prove every row is in range is read without its time
+    /// column and without a filter. Other filters prune files and stay above the scan.
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+        Ok(filters
+            .iter()
+            .map(|e| {
+                if is_time_filter(&self.table, e) {
+                    TableProviderFilterPushDown::Exact
+                } else {
+                    TableProviderFilterPushDown::Inexact
+                }
+            })
+            .collect())
     }
 
     async fn scan(
@@ -557,8 +631,16 @@ impl TableProvider for HypertableProvider {
             Some(_) => dirty_ranges(&table, &files, &mem),
             None => vec![],
         };
-        let input = if dirty.is_empty() {
-            let inputs = self.plain_inputs(
+        // The time filters this scan applies itself (see `supports_filters_pushdown`).
+        let exact = conjunction(
+            filters
+                .iter()
+                .filter(|e| is_time_filter(&table, e))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        let input = match (&exact, dirty.is_empty()) {
+            (None, true) => UnionExec::try_new(self.plain_inputs(
                 state,
                 &schema,
                 &files,
@@ -566,10 +648,73 @@ impl TableProvider for HypertableProvider {
                 projection,
                 physical.as_ref(),
                 limit,
-            )?;
-            UnionExec::try_new(inputs)?
-        } else {
-            self.dedup_input(state, &table, &schema, &files, &mem, &dirty, projection)?
+            )?)?,
+            (Some(exact), true) => {
+                // Files entirely inside the range need neither the filter nor its columns.
+                let whole = files_all_match(state, &schema, exact, files.iter().copied())?;
+                let (inside, partly): (Vec<_>, Vec<_>) =
+                    files.iter().zip(whole).partition(|(_, w)| *w);
+                let inside: Vec<&FileMeta> = inside.into_iter().map(|(f, _)| *f).collect();
+                let partly: Vec<&FileMeta> = partly.into_iter().map(|(f, _)| *f).collect();
+                let mut inputs = vec![];
+                if !inside.is_empty() {
+                    let target = state.config().target_partitions().max(1);
+                    inputs.push(self.parquet_scan(
+                        &schema,
+                        &inside,
+                        target,
+                        projection,
+                        physical.as_ref(),
+                        limit,
+                    )?);
+                }
+                if !partly.is_empty() || !mem.is_empty() || inputs.is_empty() {
+                    // Read the filter's columns too, filter, then drop them again.
+                    let wanted: Vec<usize> = match projection {
+                        Some(p) => p.clone(),
+                        None => (0..schema.fields().len()).collect(),
+                    };
+                    let mut read: BTreeSet<usize> = wanted.iter().copied().collect();
+                    for c in exact.column_refs() {
+                        read.insert(schema.index_of(&c.name)?);
+                    }
+                    let read: Vec<usize> = read.into_iter().collect();
+                    let scanned = UnionExec::try_new(self.plain_inputs(
+                        state,
+                        &schema,
+                        &partly,
+                        &mem,
+                        Some(&read),
+                        physical.as_ref(),
+                        None,
+                    )?)?;
+                    let read_schema = DFSchema::try_from(schema.project(&read)?)?;
+                    let pred = state.create_physical_expr(exact.clone(), &read_schema)?;
+                    let filtered: Arc<dyn ExecutionPlan> =
+                        Arc::new(FilterExec::try_new(pred, scanned)?);
+                    let positions: Vec<usize> = wanted
+                        .iter()
+                        .filter_map(|c| read.iter().position(|r| r == c))
+                        .collect();
+                    inputs.push(select_columns(filtered, &positions)?);
+                }
+                UnionExec::try_new(inputs)?
+            }
+            (exact, false) => {
+                let merged =
+                    self.dedup_input(state, &table, &schema, &files, &mem, &dirty, None)?;
+                let merged = match exact {
+                    Some(e) => Arc::new(FilterExec::try_new(
+                        state.create_physical_expr(e.clone(), &df_schema)?,
+                        merged,
+                    )?),
+                    None => merged,
+                };
+                match projection {
+                    Some(cols) => select_columns(merged, cols)?,
+                    None => merged,
+                }
+            }
         };
         Ok(Arc::new(HypertableScanExec {
             table: table.name.clone(),

@@ -644,17 +644,8 @@ pub async fn delete(s: &Session, del: &ast::Delete) -> Result<Output> {
     let state = s.ctx.state();
     let logical = state.create_logical_expr(&selection.to_string(), &df_schema)?;
     let pred = state.create_physical_expr(logical.clone(), &df_schema)?;
-    let negated =
-        state.create_physical_expr(datafusion::logical_expr::not(logical.clone()), &df_schema)?;
     let may_match = crate::query::provider::files_may_match(&schema, pred.clone(), &t.files);
-    // NOT(pred) impossible by statistics, and no NULLs in the referenced columns
-    // (where pred would be NULL, the row stays): every row of the file matches.
-    let may_survive = crate::query::provider::files_may_match(&schema, negated, &t.files);
-    let refs: Vec<String> = logical
-        .column_refs()
-        .iter()
-        .map(|c| c.name.clone())
-        .collect();
+    let all_match = crate::query::provider::files_all_match(&state, &schema, &logical, &t.files)?;
     let mut edits: Vec<(u64, Option<FileMeta>)> = vec![];
     let mut old_paths = vec![];
     let mut deleted = 0u64;
@@ -662,13 +653,7 @@ pub async fn delete(s: &Session, del: &ast::Delete) -> Result<Output> {
         if !may_match[i] {
             continue;
         }
-        let no_nulls = refs.iter().all(|c| {
-            f.stats
-                .iter()
-                .find(|st| &st.column == c)
-                .is_some_and(|st| st.null_count == Some(0))
-        });
-        if !may_survive[i] && no_nulls {
+        if all_match[i] {
             deleted += f.rows;
             edits.push((f.id, None));
             old_paths.push(f.path.clone());

@@ -1110,6 +1110,25 @@ async fn duplicate_points_merge_field_wise_last_write_wins() {
         want,
         "after overwriting flushed points"
     );
+    // A time range over overlapping sources: merged first, then filtered by time
+    // (the time column is not among the selected ones).
+    let in_range: Vec<(String, Option<f64>, Option<f64>)> = query(
+        &client,
+        "SELECT host, x, y FROM dd WHERE time < '2023-11-14 22:13:21+00' ORDER BY host",
+    )
+    .await
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect();
+    assert_eq!(
+        in_range,
+        vec![
+            ("a".to_string(), Some(2.0), Some(10.0)),
+            ("b".to_string(), Some(3.0), Some(11.0)),
+            ("c".to_string(), Some(5.0), None),
+        ],
+        "time range over merged points"
+    );
     drop(client);
 
     server.terminate();

@@ -10,4 +10,5 @@ mod migrations;
 mod pg_catalog;
 mod pg_compare;
 mod psql;
+mod scan;
 mod wire;

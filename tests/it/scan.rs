@@ -1,0 +1,155 @@
+//! Time filters are applied by the hypertable scan itself: a chunk file whose
+//! statistics put every row inside the range is read without its time column and
+//! without a filter; files and memtable rows that straddle the range are filtered.
+
+use crate::harness::{TestServer, text_rows};
+
+async fn physical_plan(client: &tokio_postgres::Client, sql: &str) -> String {
+    text_rows(client, &format!("EXPLAIN {sql}"))
+        .await
+        .iter()
+        .filter(|r| r[0].as_deref() == Some("physical_plan"))
+        .filter_map(|r| r[1].clone())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn one_row(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    let rows = text_rows(client, sql).await;
+    assert_eq!(rows.len(), 1, "{sql}: {rows:?}");
+    rows[0]
+        .iter()
+        .map(|v| v.clone().unwrap_or_else(|| "NULL".into()))
+        .collect()
+}
+
+#[tokio::test]
+async fn files_inside_the_range_are_read_without_time_column_or_filter() {
+    let srv = TestServer::start();
+    let client = srv.connect("sundial").await;
+    // Three daily chunks, one file each after the flush, then one more in-memory row.
+    client
+        .batch_execute(
+            "SET TimeZone = 'UTC';
+             CREATE TABLE m (time timestamptz NOT NULL, host text, v bigint) WITH (tsdb.hypertable, tsdb.chunk_interval = '1 day');
+             INSERT INTO m VALUES
+               ('2024-01-01 01:00:00+00', 'a', 1), ('2024-01-01 13:00:00+00', 'b', 2),
+               ('2024-01-02 01:00:00+00', 'a', 10), ('2024-01-02 13:00:00+00', 'b', 20),
+               ('2024-01-03 01:00:00+00', 'a', 100), ('2024-01-03 13:00:00+00', 'b', 200);
+             SELECT sundial_flush();",
+        )
+        .await
+        .expect("setup");
+
+    // The whole of 2 January: its file lies inside the range.
+    let whole = "SELECT sum(v) FROM m WHERE time >= '2024-01-02' AND time < '2024-01-03'";
+    let plan = physical_plan(&client, whole).await;
+    assert!(
+        !plan.contains("FilterExec"),
+        "no filter for a file inside the range:\n{plan}"
+    );
+    let scan = plan
+        .lines()
+        .find(|l| l.contains("DataSourceExec") && l.contains("parquet"))
+        .unwrap_or_default();
+    assert!(
+        scan.contains("projection=[v]"),
+        "the time column is not read:\n{plan}"
+    );
+    // Expected values below were computed by PostgreSQL 15 on the same rows.
+    assert_eq!(one_row(&client, whole).await, ["30"]);
+
+    // A range that cuts through the first and last day is filtered.
+    let cut = "SELECT sum(v), count(*) FROM m WHERE time >= '2024-01-01 12:00:00+00' AND time < '2024-01-03 12:00:00+00'";
+    let plan = physical_plan(&client, cut).await;
+    assert!(
+        plan.contains("FilterExec"),
+        "straddling files are filtered:\n{plan}"
+    );
+    assert_eq!(one_row(&client, cut).await, ["132", "4"]);
+
+    // count(*) alone, and a filter on another column next to the time range.
+    assert_eq!(
+        one_row(&client, "SELECT count(*) FROM m WHERE time >= '2024-01-02'").await,
+        ["4"]
+    );
+    assert_eq!(
+        one_row(
+            &client,
+            "SELECT count(*), sum(v) FROM m WHERE time >= '2024-01-01 12:00:00+00' AND host = 'b'"
+        )
+        .await,
+        ["3", "222"]
+    );
+    // Expressions of the time column and OR-ed ranges.
+    assert_eq!(
+        one_row(
+            &client,
+            "SELECT sum(v) FROM m WHERE time::date = '2024-01-03'"
+        )
+        .await,
+        ["300"]
+    );
+    assert_eq!(
+        one_row(
+            &client,
+            "SELECT sum(v) FROM m WHERE time < '2024-01-01 12:00:00+00' OR time >= '2024-01-03'"
+        )
+        .await,
+        ["301"]
+    );
+
+    // A row still in memory inside an otherwise whole day is filtered with the rest.
+    client
+        .batch_execute(
+            "INSERT INTO m VALUES ('2024-01-02 23:00:00+00', 'c', 1000), ('2024-01-04 00:00:00+00', 'c', 5000)",
+        )
+        .await
+        .expect("insert");
+    assert_eq!(one_row(&client, whole).await, ["1030"]);
+    assert_eq!(
+        one_row(&client, "SELECT host, v FROM m WHERE time >= '2024-01-02 20:00:00+00' AND time < '2024-01-03 02:00:00+00' ORDER BY v LIMIT 1").await,
+        ["a", "100"]
+    );
+}
+
+#[tokio::test]
+async fn delete_drops_files_inside_the_range_and_rewrites_the_others() {
+    let srv = TestServer::start();
+    let client = srv.connect("sundial").await;
+    client
+        .batch_execute(
+            "CREATE TABLE d (time timestamptz NOT NULL, v bigint) WITH (tsdb.hypertable, tsdb.chunk_interval = '1 day');
+             INSERT INTO d VALUES
+               ('2024-01-01 01:00:00+00', 1), ('2024-01-01 13:00:00+00', 2),
+               ('2024-01-02 01:00:00+00', 10), ('2024-01-02 13:00:00+00', 20);
+             SELECT sundial_flush();",
+        )
+        .await
+        .expect("setup");
+    assert_eq!(
+        one_row(
+            &client,
+            "SELECT count(*) FROM sundial_chunk_files WHERE hypertable_name = 'd'"
+        )
+        .await,
+        ["2"]
+    );
+    // The whole first day and half of the second.
+    let n = client
+        .execute("DELETE FROM d WHERE time < '2024-01-02 12:00:00+00'", &[])
+        .await
+        .expect("delete");
+    assert_eq!(n, 3);
+    assert_eq!(
+        one_row(&client, "SELECT count(*), sum(v) FROM d").await,
+        ["1", "20"]
+    );
+    // The first day's file went away whole; the second's was rewritten to one row.
+    let left = text_rows(
+        &client,
+        "SELECT row_count FROM sundial_chunk_files WHERE hypertable_name = 'd'",
+    )
+    .await;
+    assert_eq!(left, vec![vec![Some("1".to_string())]]);
+}
