@@ -4,7 +4,7 @@
 //! completed with a row for every missing bucket of every group between start and
 //! finish (taken from the WHERE clause when not given), and sorted again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, new_null_array};
@@ -39,7 +39,7 @@ pub struct Spec {
     fills: Vec<(usize, Fill)>,
     /// Values before / after the range: locf's `prev`, interpolate's `prev` and
     /// `next` (`(time, value)` records), per column.
-    seeds: Vec<(usize, Option<ScalarValue>, Option<ScalarValue>)>,
+    seeds: Vec<(usize, Option<Seed>, Option<Seed>)>,
     /// Sort after filling: (column, descending).
     order: Vec<(usize, bool)>,
     /// Buckets follow this zone's wall clock (the time-zone form).
@@ -55,9 +55,30 @@ pub struct Draft {
     finish: Option<Expr>,
     keys: Vec<usize>,
     fills: Vec<(usize, Fill)>,
-    seeds: Vec<(usize, Option<Expr>, Option<Expr>)>,
+    seeds: Vec<(usize, Option<SeedExpr>, Option<SeedExpr>)>,
     order: Vec<(usize, bool)>,
     zone: Option<chrono_tz::Tz>,
+}
+
+/// A `prev` / `next` argument as written.
+#[derive(Debug, Clone)]
+enum SeedExpr {
+    /// Stands on its own: evaluated once.
+    Once(Expr),
+    /// Refers to the outer query's group columns, replaced by `$1`, `$2`, ...: the
+    /// output columns `keys` give their values, group by group.
+    PerGroup { expr: Expr, keys: Vec<usize> },
+}
+
+/// A `prev` / `next` argument ready to use.
+#[derive(Debug, Clone)]
+enum Seed {
+    Value(ScalarValue),
+    /// Planned once, run for each group with its key values as parameters.
+    PerGroup {
+        plan: datafusion::logical_expr::LogicalPlan,
+        keys: Vec<usize>,
+    },
 }
 
 fn fname(f: &ast::Function) -> String {
@@ -131,7 +152,7 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
     type Call = (usize, Expr, Expr, Option<Expr>, Option<Expr>);
     let mut found: Option<Call> = None;
     let mut fills = vec![];
-    let mut seeds = vec![];
+    let mut seeds: Vec<(usize, Option<Expr>, Option<Expr>)> = vec![];
     let mut zone: Option<chrono_tz::Tz> = None;
     let mut texts = vec![];
     let mut aliases = vec![];
@@ -339,6 +360,16 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
         order = keys.iter().map(|k| (*k, false)).collect();
         order.push((bucket, false));
     }
+    // Seeds that refer to the outer query are evaluated per group.
+    let outer = outer_names(sel);
+    let mut classified = vec![];
+    for (c, prev, next) in seeds {
+        let per = |e: Option<Expr>| -> Result<Option<SeedExpr>> {
+            e.map(|e| correlate(e, &outer, &texts, &keys)).transpose()
+        };
+        classified.push((c, per(prev)?, per(next)?));
+    }
+    let seeds = classified;
     let limit = q.limit_clause.take();
     if limit.is_some() {
         return Err(unsupported("LIMIT on a gapfill query is not supported"));
@@ -360,6 +391,122 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
         order,
         zone,
     }))
+}
+
+/// Names (tables and aliases, lower case) by which the query's FROM clause can be
+/// referred to.
+fn outer_names(sel: &ast::Select) -> Vec<String> {
+    let mut names = vec![];
+    let mut add = |tf: &ast::TableFactor| {
+        let alias = match tf {
+            ast::TableFactor::Table { name, alias, .. } => {
+                if alias.is_none()
+                    && let Some(last) = name.0.last().and_then(|p| p.as_ident())
+                {
+                    names.push(last.value.to_ascii_lowercase());
+                }
+                alias
+            }
+            ast::TableFactor::Derived { alias, .. } => alias,
+            _ => &None,
+        };
+        if let Some(a) = alias {
+            names.push(a.name.value.to_ascii_lowercase());
+        }
+    };
+    for twj in &sel.from {
+        add(&twj.relation);
+        for j in &twj.joins {
+            add(&j.relation);
+        }
+    }
+    names
+}
+
+/// Turns a seed that refers to the outer query (`outer.col`, where `outer` names a
+/// relation of the outer FROM clause and of no FROM clause inside the seed) into a
+/// per-group seed: each such reference becomes a parameter bound to the group column
+/// `col` (or `outer.col`) of the select list.
+fn correlate(mut e: Expr, outer: &[String], texts: &[String], keys: &[usize]) -> Result<SeedExpr> {
+    use std::ops::ControlFlow;
+    // Relations the seed's subqueries define shadow the outer ones (by alias, else by
+    // table name).
+    let mut inner: Vec<String> = vec![];
+    let _ = ast::visit_expressions(&e, |x| {
+        let q = match x {
+            Expr::Subquery(q) | Expr::Exists { subquery: q, .. } => q,
+            Expr::InSubquery { subquery: q, .. } => q,
+            _ => return ControlFlow::<()>::Continue(()),
+        };
+        if let ast::SetExpr::Select(sel) = q.body.as_ref() {
+            for twj in &sel.from {
+                let joined = twj.joins.iter().map(|j| &j.relation);
+                for tf in std::iter::once(&twj.relation).chain(joined) {
+                    match tf {
+                        ast::TableFactor::Table { alias: Some(a), .. }
+                        | ast::TableFactor::Derived { alias: Some(a), .. } => {
+                            inner.push(a.name.value.to_ascii_lowercase())
+                        }
+                        ast::TableFactor::Table { name, .. } => {
+                            if let Some(last) = name.0.last().and_then(|p| p.as_ident()) {
+                                inner.push(last.value.to_ascii_lowercase());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    });
+    let mut params: Vec<(String, usize)> = vec![];
+    let mut error = None;
+    let _ = ast::visit_expressions_mut(&mut e, |x| {
+        let Expr::CompoundIdentifier(parts) = x else {
+            return ControlFlow::<()>::Continue(());
+        };
+        let [q, col] = parts.as_slice() else {
+            return ControlFlow::Continue(());
+        };
+        let (q, col) = (q.value.to_ascii_lowercase(), col.value.to_ascii_lowercase());
+        if !outer.contains(&q) || inner.contains(&q) {
+            return ControlFlow::Continue(());
+        }
+        let qualified = format!("{q}.{col}");
+        let key = keys.iter().copied().find(|k| {
+            let t = texts[*k].to_ascii_lowercase();
+            t == col || t == qualified
+        });
+        let Some(key) = key else {
+            error = Some(Error::sql(
+                "42803",
+                format!(
+                    "subquery uses ungrouped column \"{qualified}\" from outer query (a gapfill prev/next argument may refer to group columns of the select list)"
+                ),
+            ));
+            return ControlFlow::Break(());
+        };
+        let n = match params.iter().position(|(t, _)| *t == qualified) {
+            Some(i) => i + 1,
+            None => {
+                params.push((qualified, key));
+                params.len()
+            }
+        };
+        *x = Expr::value(ast::Value::Placeholder(format!("${n}")));
+        ControlFlow::Continue(())
+    });
+    if let Some(err) = error {
+        return Err(err);
+    }
+    Ok(if params.is_empty() {
+        SeedExpr::Once(e)
+    } else {
+        SeedExpr::PerGroup {
+            expr: e,
+            keys: params.into_iter().map(|(_, k)| k).collect(),
+        }
+    })
 }
 
 /// `ts >= X` / `ts > X` (start) or `ts < X` / `ts <= X` (finish) among the
@@ -453,17 +600,61 @@ async fn micros(s: &Session, e: &Expr) -> Result<i64> {
     }
 }
 
-/// Evaluates a `prev` / `next` argument once. A subquery that refers to the outer
-/// query (a seed per group) cannot be evaluated alone.
-async fn seed(s: &Session, e: &Expr) -> Result<ScalarValue> {
-    eval(s, e).await.map_err(|err| {
-        Error::sql(
-            "0A000",
-            format!(
-                "could not evaluate the gapfill prev/next argument on its own (a subquery referring to the outer query is not supported): {err}"
-            ),
-        )
-    })
+/// Evaluates a `prev` / `next` argument that stands on its own, or plans one that
+/// is evaluated per group.
+async fn seed(s: &Session, e: SeedExpr) -> Result<Seed> {
+    match e {
+        SeedExpr::Once(e) => Ok(Seed::Value(eval(s, &e).await.map_err(|err| {
+            Error::sql(
+                "22023",
+                format!("could not evaluate the gapfill prev/next argument {e}: {err}"),
+            )
+        })?)),
+        SeedExpr::PerGroup { expr, keys } => {
+            let sql = format!("SELECT {expr}");
+            let stmt = datafusion::sql::sqlparser::parser::Parser::parse_sql(
+                &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+                &sql,
+            )
+            .map_err(|err| Error::Parse(err.to_string()))?
+            .pop()
+            .ok_or_else(|| Error::Parse(format!("empty gapfill seed: {sql}")))?;
+            let plan = s
+                .ctx
+                .state()
+                .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+                    stmt,
+                )))
+                .await?;
+            Ok(Seed::PerGroup { plan, keys })
+        }
+    }
+}
+
+/// The value of a seed for the group whose first row is `row`.
+async fn seed_for(
+    s: &Session,
+    seed: &Seed,
+    batch: &RecordBatch,
+    row: usize,
+) -> Result<ScalarValue> {
+    match seed {
+        Seed::Value(v) => Ok(v.clone()),
+        Seed::PerGroup { plan, keys } => {
+            let params = keys
+                .iter()
+                .map(|k| ScalarValue::try_from_array(batch.column(*k), row))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let plan = plan
+                .clone()
+                .with_param_values(datafusion::common::ParamValues::from(params))?;
+            let batches = s.ctx.execute_logical_plan(plan).await?.collect().await?;
+            match batches.iter().find(|b| b.num_rows() > 0) {
+                Some(b) => Ok(ScalarValue::try_from_array(b.column(0), 0)?),
+                None => Ok(ScalarValue::Null),
+            }
+        }
+    }
 }
 
 impl Draft {
@@ -505,15 +696,14 @@ impl Draft {
             }
         };
         let _ = &self.ts;
-        let seeds: Vec<(usize, Option<Expr>, Option<Expr>)> = self.seeds.clone();
         let mut evaluated = vec![];
-        for (c, prev, next) in seeds {
+        for (c, prev, next) in self.seeds.clone() {
             let prev = match prev {
-                Some(e) => Some(seed(s, &e).await?),
+                Some(e) => Some(seed(s, e).await?),
                 None => None,
             };
             let next = match next {
-                Some(e) => Some(seed(s, &e).await?),
+                Some(e) => Some(seed(s, e).await?),
                 None => None,
             };
             evaluated.push((c, prev, next));
@@ -573,7 +763,7 @@ fn buckets(spec: &Spec) -> Result<Vec<i64>> {
 }
 
 /// Completes the query's result with the missing buckets and sorts it.
-pub fn apply(spec: &Spec, batch: RecordBatch) -> Result<RecordBatch> {
+pub async fn apply(s: &Session, spec: &Spec, batch: RecordBatch) -> Result<RecordBatch> {
     let schema = batch.schema();
     let n = batch.num_rows();
     let bucket_col = arrow::compute::cast(
@@ -637,6 +827,27 @@ pub fn apply(spec: &Spec, batch: RecordBatch) -> Result<RecordBatch> {
             times.push(*t);
         }
     }
+    // Seeds per group, by the group's first row.
+    let mut reps: Vec<u32> = groups.values().map(|(first, _)| *first as u32).collect();
+    if groups.is_empty() && spec.keys.is_empty() {
+        reps.push(0);
+    }
+    let mut seeds: HashMap<usize, SeedValues> = HashMap::new();
+    for (c, prev, next) in &spec.seeds {
+        let mut v = SeedValues::default();
+        for r in &reps {
+            if let Some(p) = prev {
+                v.prev
+                    .insert(*r, seed_for(s, p, &batch, *r as usize).await?);
+            }
+            if let Some(n) = next {
+                v.next
+                    .insert(*r, seed_for(s, n, &batch, *r as usize).await?);
+            }
+        }
+        seeds.insert(*c, v);
+    }
+    let no_seeds = SeedValues::default();
     let m = src.len();
     let src_idx = arrow::array::UInt32Array::from(src.clone());
     let rep_idx = arrow::array::UInt32Array::from(rep);
@@ -668,24 +879,18 @@ pub fn apply(spec: &Spec, batch: RecordBatch) -> Result<RecordBatch> {
             {
                 Fill::Null => taken,
                 Fill::Locf { skip_nulls } => {
-                    let prev = spec
-                        .seeds
-                        .iter()
-                        .find(|(i, _, _)| *i == c)
-                        .and_then(|(_, p, _)| p.clone());
-                    locf(&taken, &src, &rep_idx, skip_nulls, prev)?
+                    let v = seeds.get(&c).unwrap_or(&no_seeds);
+                    locf(&taken, &src, &rep_idx, skip_nulls, &v.prev)?
                 }
                 Fill::Interpolate => {
-                    let (prev, next) = spec
-                        .seeds
-                        .iter()
-                        .find(|(i, _, _)| *i == c)
-                        .map(|(_, p, n)| -> Result<_> {
-                            Ok((point(p.as_ref())?, point(n.as_ref())?))
-                        })
-                        .transpose()?
-                        .unwrap_or((None, None));
-                    interpolate(&taken, &times, &rep_idx, prev, next)?
+                    let v = seeds.get(&c).unwrap_or(&no_seeds);
+                    let mut points = HashMap::new();
+                    for r in &reps {
+                        let p = point(v.prev.get(r))?;
+                        let n = point(v.next.get(r))?;
+                        points.insert(*r, (p, n));
+                    }
+                    interpolate(&taken, &times, &rep_idx, &points)?
                 }
             }
         };
@@ -716,6 +921,13 @@ pub fn apply(spec: &Spec, batch: RecordBatch) -> Result<RecordBatch> {
         .map(|c| take(c, &idx, None))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     Ok(RecordBatch::try_new(schema, cols)?)
+}
+
+/// The `prev` and `next` values of one column, by the first row of each group.
+#[derive(Default)]
+struct SeedValues {
+    prev: HashMap<u32, ScalarValue>,
+    next: HashMap<u32, ScalarValue>,
 }
 
 /// A `(time, value)` seed record as µs and a float.
@@ -765,23 +977,29 @@ fn locf(
     src: &[Option<u32>],
     group: &arrow::array::UInt32Array,
     skip_nulls: bool,
-    prev: Option<ScalarValue>,
+    prev: &HashMap<u32, ScalarValue>,
 ) -> Result<ArrayRef> {
-    // The seed, if any, is appended after the rows and starts every group.
-    let (col, seed) = match prev.filter(|p| !p.is_null()) {
-        Some(p) => {
-            let one = p.cast_to(col.data_type())?.to_array_of_size(1)?;
-            let joined = arrow::compute::concat(&[col.as_ref(), one.as_ref()])?;
-            (joined, Some(col.len() as u32))
+    // The groups' seeds are appended after the rows; each group starts from its own.
+    let mut extra = vec![];
+    let mut seed_at: HashMap<u32, u32> = HashMap::new();
+    for (g, v) in prev {
+        if !v.is_null() {
+            seed_at.insert(*g, (col.len() + extra.len()) as u32);
+            extra.push(v.cast_to(col.data_type())?);
         }
-        None => (col.clone(), None),
+    }
+    let col = if extra.is_empty() {
+        col.clone()
+    } else {
+        let more = ScalarValue::iter_to_array(extra)?;
+        arrow::compute::concat(&[col.as_ref(), more.as_ref()])?
     };
     let n = src.len();
     let mut idx: Vec<Option<u32>> = Vec::with_capacity(n);
-    let mut last: Option<u32> = seed;
+    let mut last: Option<u32> = None;
     for (i, s) in src.iter().enumerate().take(n) {
-        if i > 0 && group.value(i) != group.value(i - 1) {
-            last = seed;
+        if i == 0 || group.value(i) != group.value(i - 1) {
+            last = seed_at.get(&group.value(i)).copied();
         }
         let real = s.is_some();
         if real && (col.is_valid(i) || !skip_nulls) {
@@ -800,8 +1018,7 @@ fn interpolate(
     col: &ArrayRef,
     times: &[i64],
     group: &arrow::array::UInt32Array,
-    seed_prev: Option<(i64, f64)>,
-    seed_next: Option<(i64, f64)>,
+    seeds: &HashMap<u32, (Option<(i64, f64)>, Option<(i64, f64)>)>,
 ) -> Result<ArrayRef> {
     let f = arrow::compute::cast(col, &DataType::Float64)?;
     let f = f.as_primitive::<arrow::datatypes::Float64Type>();
@@ -815,6 +1032,7 @@ fn interpolate(
         while j < len && group.value(j) == group.value(i) {
             j += 1;
         }
+        let (seed_prev, seed_next) = seeds.get(&group.value(i)).copied().unwrap_or_default();
         let mut prev: Option<(i64, f64)> = seed_prev;
         for k in i..j {
             if f.is_valid(k) {

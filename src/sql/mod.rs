@@ -626,7 +626,7 @@ impl Session {
                     let plain = Arc::new(df.schema().as_arrow().clone());
                     let batches = df.collect().await?;
                     let batch = arrow::compute::concat_batches(&plain, &batches)?;
-                    let filled = gapfill::apply(spec, batch)?;
+                    let filled = gapfill::apply(self, spec, batch).await?;
                     let filled = arrow::array::RecordBatch::try_new(
                         schema.clone(),
                         filled.columns().to_vec(),
