@@ -44,6 +44,9 @@ pub struct Spec {
     order: Vec<(usize, bool)>,
     /// Buckets follow this zone's wall clock (the time-zone form).
     zone: Option<chrono_tz::Tz>,
+    /// LIMIT and OFFSET of the filled result.
+    limit: Option<usize>,
+    offset: usize,
 }
 
 /// The gapfill call and its arguments, before start/finish are evaluated.
@@ -58,6 +61,8 @@ pub struct Draft {
     seeds: Vec<(usize, Option<SeedExpr>, Option<SeedExpr>)>,
     order: Vec<(usize, bool)>,
     zone: Option<chrono_tz::Tz>,
+    limit: Option<Expr>,
+    offset: Option<Expr>,
 }
 
 /// A `prev` / `next` argument as written.
@@ -370,10 +375,17 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
         classified.push((c, per(prev)?, per(next)?));
     }
     let seeds = classified;
-    let limit = q.limit_clause.take();
-    if limit.is_some() {
-        return Err(unsupported("LIMIT on a gapfill query is not supported"));
-    }
+    // LIMIT / OFFSET apply to the filled rows.
+    let (limit, offset) = match q.limit_clause.take() {
+        None => (None, None),
+        Some(ast::LimitClause::LimitOffset {
+            limit,
+            offset,
+            limit_by,
+        }) if limit_by.is_empty() => (limit, offset.map(|o| o.value)),
+        Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => (Some(limit), Some(offset)),
+        Some(_) => return Err(unsupported("LIMIT BY on a gapfill query")),
+    };
     q.order_by = None;
     let (start, finish) = (
         start.or_else(|| bound_from_where(q, &ts, true)),
@@ -390,6 +402,8 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
         seeds,
         order,
         zone,
+        limit,
+        offset,
     }))
 }
 
@@ -708,7 +722,22 @@ impl Draft {
             };
             evaluated.push((c, prev, next));
         }
+        let count = async |e: &Option<Expr>, what: &str| -> Result<Option<usize>> {
+            let Some(e) = e else { return Ok(None) };
+            match eval(s, e).await?.cast_to(&DataType::Int64) {
+                Ok(ScalarValue::Int64(None)) => Ok(None),
+                Ok(ScalarValue::Int64(Some(n))) if n >= 0 => Ok(Some(n as usize)),
+                _ => Err(Error::sql(
+                    "2201W",
+                    format!("{what} must be a non-negative integer: {e}"),
+                )),
+            }
+        };
+        let limit = count(&self.limit, "LIMIT").await?;
+        let offset = count(&self.offset, "OFFSET").await?.unwrap_or(0);
         Ok(Spec {
+            limit,
+            offset,
             bucket: self.bucket,
             width,
             start,
@@ -911,16 +940,20 @@ pub async fn apply(s: &Session, spec: &Spec, batch: RecordBatch) -> Result<Recor
             }),
         })
         .collect();
-    if sort.is_empty() || filled.num_rows() == 0 {
-        return Ok(filled);
-    }
-    let idx = lexsort_to_indices(&sort, None)?;
-    let cols = filled
-        .columns()
-        .iter()
-        .map(|c| take(c, &idx, None))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok(RecordBatch::try_new(schema, cols)?)
+    let sorted = if sort.is_empty() || filled.num_rows() == 0 {
+        filled
+    } else {
+        let idx = lexsort_to_indices(&sort, None)?;
+        let cols = filled
+            .columns()
+            .iter()
+            .map(|c| take(c, &idx, None))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        RecordBatch::try_new(schema, cols)?
+    };
+    let from = spec.offset.min(sorted.num_rows());
+    let len = (sorted.num_rows() - from).min(spec.limit.unwrap_or(usize::MAX));
+    Ok(sorted.slice(from, len))
 }
 
 /// The `prev` and `next` values of one column, by the first row of each group.
