@@ -15,6 +15,7 @@ use datafusion::common::{Column, DFSchema, ScalarValue};
 use datafusion::datasource::TableProvider;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
 use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::source::DataSourceExec;
@@ -81,7 +82,9 @@ impl HypertableProvider {
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
         if !files.is_empty() {
             let target = state.config().target_partitions().max(1);
-            inputs.push(self.parquet_scan(schema, files, target, projection, physical, limit)?);
+            inputs.push(
+                self.parquet_scan(state, schema, files, target, projection, physical, limit)?,
+            );
         }
         let mem_batches: Vec<RecordBatch> = mem
             .iter()
@@ -97,9 +100,13 @@ impl HypertableProvider {
         Ok(inputs)
     }
 
-    /// A Parquet scan of `files` spread over `partitions` file groups.
+    /// A Parquet scan of `files` spread over `partitions` file groups. File footers
+    /// and page indexes come from the runtime's metadata cache (chunk files never
+    /// change: a rewrite gets a new path).
+    #[allow(clippy::too_many_arguments)]
     fn parquet_scan(
         &self,
+        state: &dyn Session,
         schema: &SchemaRef,
         files: &[&FileMeta],
         partitions: usize,
@@ -111,7 +118,14 @@ impl HypertableProvider {
         if let Some(p) = physical {
             source = source.with_predicate(p.clone());
         }
-        let source = source.with_enable_page_index(true);
+        let runtime = state.runtime_env();
+        let reader = CachedParquetFileReaderFactory::new(
+            runtime.object_store(&self.store_url)?,
+            runtime.cache_manager.get_file_metadata_cache(),
+        );
+        let source = source
+            .with_enable_page_index(true)
+            .with_parquet_file_reader_factory(Arc::new(reader));
         let mut groups: Vec<Vec<PartitionedFile>> =
             vec![vec![]; partitions.min(files.len()).max(1)];
         for (i, f) in files.iter().enumerate() {
@@ -165,7 +179,7 @@ impl HypertableProvider {
         for f in files {
             let (lo, hi) = file_time_range(table, f);
             if touches(lo, hi) {
-                let scan = self.parquet_scan(schema, &[f], 1, None, Some(&inside), None)?;
+                let scan = self.parquet_scan(state, schema, &[f], 1, None, Some(&inside), None)?;
                 children.push(Arc::new(FilterExec::try_new(inside.clone(), scan)?));
             }
         }
@@ -660,6 +674,7 @@ impl TableProvider for HypertableProvider {
                 if !inside.is_empty() {
                     let target = state.config().target_partitions().max(1);
                     inputs.push(self.parquet_scan(
+                        state,
                         &schema,
                         &inside,
                         target,

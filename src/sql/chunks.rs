@@ -698,7 +698,7 @@ async fn rewrite_without(
     let mut writer = ArrowWriter::try_new(
         &mut buf,
         schema.clone(),
-        Some(writer_props(t, FLUSH_ZSTD_LEVEL)),
+        Some(writer_props(t, FLUSH_ZSTD_LEVEL, f.rows)),
     )?;
     let mut stats = StatsAccumulator::new(schema.clone())?;
     let (mut kept, mut removed) = (0u64, 0u64);

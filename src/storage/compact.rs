@@ -114,7 +114,11 @@ async fn compact_chunk(
     let mut writer = ArrowWriter::try_new(
         &mut buf,
         schema.clone(),
-        Some(writer_props(table, super::COMPACT_ZSTD_LEVEL)),
+        Some(writer_props(
+            table,
+            super::COMPACT_ZSTD_LEVEL,
+            files.iter().map(|f| f.rows).sum(),
+        )),
     )?;
     let mut stats = StatsAccumulator::new(schema.clone())?;
     let mut rows = 0u64;

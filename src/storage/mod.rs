@@ -56,15 +56,23 @@ pub const FLUSH_ZSTD_LEVEL: i32 = 3;
 /// ZSTD level of compacted files (background work, written once, read often).
 pub const COMPACT_ZSTD_LEVEL: i32 = 9;
 
-/// Parquet writer settings for a table's chunk files.
-pub fn writer_props(table: &TableDef, zstd_level: i32) -> WriterProperties {
+/// Rows per row group of a file of `rows` rows: at most [`ROW_GROUP_ROWS`], and all
+/// groups the same size (no short last group), so a scan that splits the file
+/// between cores gives each the same work.
+pub fn row_group_rows(rows: u64) -> usize {
+    let groups = rows.div_ceil(ROW_GROUP_ROWS as u64).max(1);
+    (rows.div_ceil(groups) as usize).max(1)
+}
+
+/// Parquet writer settings for a table's chunk files of about `rows` rows.
+pub fn writer_props(table: &TableDef, zstd_level: i32, rows: u64) -> WriterProperties {
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(
             ZstdLevel::try_new(zstd_level).unwrap_or_default(),
         ))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_dictionary_enabled(true)
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
+        .set_max_row_group_row_count(Some(row_group_rows(rows)));
     // Sorted timestamps delta-encode to a few bits a row and decode fast.
     if let Some(tc) = &table.time_column {
         let col = ColumnPath::from(tc.as_str());
@@ -111,7 +119,11 @@ pub async fn write_chunk_file(
         let mut w = ArrowWriter::try_new(
             &mut buf,
             sorted.schema(),
-            Some(writer_props(table, FLUSH_ZSTD_LEVEL)),
+            Some(writer_props(
+                table,
+                FLUSH_ZSTD_LEVEL,
+                sorted.num_rows() as u64,
+            )),
         )?;
         w.write(&sorted)?;
         w.close()?;
