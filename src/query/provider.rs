@@ -665,7 +665,11 @@ impl TableProvider for HypertableProvider {
             )?)?,
             (Some(exact), true) => {
                 // Files entirely inside the range need neither the filter nor its columns.
-                let whole = files_all_match(state, &schema, exact, files.iter().copied())?;
+                let whole = if files.is_empty() {
+                    vec![]
+                } else {
+                    files_all_match(state, &schema, exact, files.iter().copied())?
+                };
                 let (inside, partly): (Vec<_>, Vec<_>) =
                     files.iter().zip(whole).partition(|(_, w)| *w);
                 let inside: Vec<&FileMeta> = inside.into_iter().map(|(f, _)| *f).collect();

@@ -963,6 +963,9 @@ struct SeedValues {
     next: HashMap<u32, ScalarValue>,
 }
 
+/// A `(time, value)` seed: µs and a float.
+type Point = (i64, f64);
+
 /// A `(time, value)` seed record as µs and a float.
 fn point(v: Option<&ScalarValue>) -> Result<Option<(i64, f64)>> {
     let Some(ScalarValue::Struct(st)) = v else {
@@ -1051,7 +1054,7 @@ fn interpolate(
     col: &ArrayRef,
     times: &[i64],
     group: &arrow::array::UInt32Array,
-    seeds: &HashMap<u32, (Option<(i64, f64)>, Option<(i64, f64)>)>,
+    seeds: &HashMap<u32, (Option<Point>, Option<Point>)>,
 ) -> Result<ArrayRef> {
     let f = arrow::compute::cast(col, &DataType::Float64)?;
     let f = f.as_primitive::<arrow::datatypes::Float64Type>();
