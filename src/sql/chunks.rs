@@ -328,21 +328,11 @@ fn select_chunks(
         .collect()
 }
 
-/// Evaluates a constant expression through DataFusion.
-async fn eval(s: &Session, e: &Expr) -> Result<ScalarValue> {
-    let df = s.ctx.sql(&format!("SELECT {e}")).await?;
-    let batches = df.collect().await?;
-    match batches.iter().find(|b| b.num_rows() > 0) {
-        Some(b) => Ok(ScalarValue::try_from_array(b.column(0), 0)?),
-        None => Ok(ScalarValue::Null),
-    }
-}
-
 /// An `older_than` / `newer_than` / `drop_after` argument as a point in time (µs):
 /// an interval counts back from now; a timestamp or date is taken as is.
 async fn time_bound(s: &Session, e: Option<&Expr>) -> Result<Option<i64>> {
     match e {
-        Some(e) => bound_of(eval(s, e).await?),
+        Some(e) => bound_of(s.scalar(e).await?),
         None => Ok(None),
     }
 }
@@ -483,7 +473,7 @@ async fn add_retention_policy(s: &Session, args: &[FunctionArg]) -> Result<Outpu
             "invalid value for drop_after. Hint: drop_after must be an interval for a hypertable partitioned by time",
         )
     };
-    let drop_after_micros = match eval(s, drop_after).await? {
+    let drop_after_micros = match s.scalar(drop_after).await? {
         v if interval_micros(&v).is_some() => interval_micros(&v).ok_or_else(bad_drop_after)??,
         ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t))
             if t.trim().contains(|c: char| c.is_ascii_alphabetic()) =>
@@ -497,7 +487,7 @@ async fn add_retention_policy(s: &Session, args: &[FunctionArg]) -> Result<Outpu
         .and_then(super::ddl::literal_text)
         .is_some_and(|v| super::ddl::truthy(&v));
     let schedule = match a.get(3) {
-        Some(e) => match interval_micros(&eval(s, e).await?) {
+        Some(e) => match interval_micros(&s.scalar(e).await?) {
             Some(m) => m?,
             None => {
                 super::ddl::parse_chunk_interval(&super::ddl::literal_text(e).unwrap_or_default())?

@@ -530,23 +530,13 @@ fn bound_from_where(q: &ast::Query, ts: &Expr, start: bool) -> Option<Expr> {
         return None;
     };
     let mut terms = vec![];
-    fn split<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
-        match e {
-            Expr::BinaryOp {
-                left,
-                op: ast::BinaryOperator::And,
-                right,
-            } => {
-                split(left, out);
-                split(right, out);
-            }
-            Expr::Nested(inner) => split(inner, out),
-            other => out.push(other),
-        }
-    }
-    split(sel.selection.as_ref()?, &mut terms);
+    super::pgcompat::split_and(sel.selection.clone()?, &mut terms);
     let ts_text = ts.to_string();
-    for t in terms {
+    for t in &terms {
+        let t = match t {
+            Expr::Nested(inner) => inner.as_ref(),
+            other => other,
+        };
         match t {
             Expr::BinaryOp { left, op, right } => {
                 use ast::BinaryOperator::*;
@@ -584,17 +574,8 @@ fn bound_from_where(q: &ast::Query, ts: &Expr, start: bool) -> Option<Expr> {
     None
 }
 
-async fn eval(s: &Session, e: &Expr) -> Result<ScalarValue> {
-    let df = s.ctx.sql(&format!("SELECT {e}")).await?;
-    let batches = df.collect().await?;
-    match batches.iter().find(|b| b.num_rows() > 0) {
-        Some(b) => Ok(ScalarValue::try_from_array(b.column(0), 0)?),
-        None => Ok(ScalarValue::Null),
-    }
-}
-
 async fn micros(s: &Session, e: &Expr) -> Result<i64> {
-    let v = eval(s, e).await?;
+    let v = s.scalar(e).await?;
     let v = match v {
         ScalarValue::Utf8(Some(mut t)) => {
             super::interval::complete_seconds(&mut t);
@@ -618,7 +599,7 @@ async fn micros(s: &Session, e: &Expr) -> Result<i64> {
 /// is evaluated per group.
 async fn seed(s: &Session, e: SeedExpr) -> Result<Seed> {
     match e {
-        SeedExpr::Once(e) => Ok(Seed::Value(eval(s, &e).await.map_err(|err| {
+        SeedExpr::Once(e) => Ok(Seed::Value(s.scalar(&e).await.map_err(|err| {
             Error::sql(
                 "22023",
                 format!("could not evaluate the gapfill prev/next argument {e}: {err}"),
@@ -663,10 +644,7 @@ async fn seed_for(
                 .clone()
                 .with_param_values(datafusion::common::ParamValues::from(params))?;
             let batches = s.ctx.execute_logical_plan(plan).await?.collect().await?;
-            match batches.iter().find(|b| b.num_rows() > 0) {
-                Some(b) => Ok(ScalarValue::try_from_array(b.column(0), 0)?),
-                None => Ok(ScalarValue::Null),
-            }
+            super::first_value(&batches)
         }
     }
 }
@@ -686,9 +664,8 @@ impl Draft {
         let finish = self.finish.as_ref().ok_or_else(|| missing("finish"))?;
         let start = micros(s, start).await?;
         let finish = micros(s, finish).await?;
-        let width = match eval(
-            s,
-            &Expr::Cast {
+        let width = match s
+            .scalar(&Expr::Cast {
                 kind: ast::CastKind::DoubleColon,
                 expr: Box::new(self.width.clone()),
                 data_type: ast::DataType::Interval {
@@ -697,9 +674,8 @@ impl Draft {
                 },
                 array: false,
                 format: None,
-            },
-        )
-        .await?
+            })
+            .await?
         {
             ScalarValue::IntervalMonthDayNano(Some(v)) => (v.months, v.days, v.nanoseconds),
             _ => {
@@ -724,7 +700,7 @@ impl Draft {
         }
         let count = async |e: &Option<Expr>, what: &str| -> Result<Option<usize>> {
             let Some(e) = e else { return Ok(None) };
-            match eval(s, e).await?.cast_to(&DataType::Int64) {
+            match s.scalar(e).await?.cast_to(&DataType::Int64) {
                 Ok(ScalarValue::Int64(None)) => Ok(None),
                 Ok(ScalarValue::Int64(Some(n))) if n >= 0 => Ok(Some(n as usize)),
                 _ => Err(Error::sql(

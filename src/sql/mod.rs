@@ -655,6 +655,18 @@ impl Session {
         Ok(out)
     }
 
+    /// Evaluates a constant expression through DataFusion (`SELECT e`); NULL when the
+    /// query returns no row.
+    pub(crate) async fn scalar(&self, e: &ast::Expr) -> Result<datafusion::common::ScalarValue> {
+        let batches = self
+            .ctx
+            .sql(&format!("SELECT {e}"))
+            .await?
+            .collect()
+            .await?;
+        first_value(&batches)
+    }
+
     /// Runs one parsed statement without parameters (simple protocol).
     pub async fn run_statement(&self, stmt: Statement) -> Result<Output> {
         if let Statement::Insert(ins) = &stmt
@@ -674,6 +686,19 @@ impl Session {
             return Ok(out);
         }
         ddl::execute(self, stmt).await
+    }
+}
+
+/// The first column of the first row of `batches`; NULL when there is no row.
+pub(crate) fn first_value(
+    batches: &[arrow::array::RecordBatch],
+) -> Result<datafusion::common::ScalarValue> {
+    match batches.iter().find(|b| b.num_rows() > 0) {
+        Some(b) => Ok(datafusion::common::ScalarValue::try_from_array(
+            b.column(0),
+            0,
+        )?),
+        None => Ok(datafusion::common::ScalarValue::Null),
     }
 }
 

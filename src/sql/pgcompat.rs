@@ -420,7 +420,7 @@ impl ast::Visitor for Scope {
     }
 }
 
-fn split_and(e: Expr, out: &mut Vec<Expr>) {
+pub(super) fn split_and(e: Expr, out: &mut Vec<Expr>) {
     match e {
         Expr::BinaryOp {
             left,
