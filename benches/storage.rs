@@ -212,6 +212,56 @@ fn pruning(c: &mut Criterion) {
             ))
         })
     });
+    const Q1: &str =
+        "SELECT avg(v), max(n) FROM m WHERE time >= '1970-02-01' AND time < '1970-02-02'";
+    if std::env::var("EXPLAIN").is_ok() {
+        rt.block_on(async {
+            for _ in 0..50 {
+                count(&s, Q1).await;
+            }
+            for q in [
+                Q1,
+                "SELECT avg(v), max(n) FROM m WHERE time >= '1971-01-01'",
+            ] {
+                let b = s
+                    .ctx
+                    .sql(&format!("EXPLAIN ANALYZE {q}"))
+                    .await
+                    .expect("sql")
+                    .collect()
+                    .await
+                    .expect("collect");
+                println!(
+                    "{}",
+                    arrow::util::pretty::pretty_format_batches(&b).expect("fmt")
+                );
+            }
+        });
+    }
+    g.bench_function("phase_sql_to_logical", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let stmt = sundial::sql::parse(Q1).expect("parse").remove(0);
+                s.prepare(stmt).await.expect("prepare")
+            })
+        })
+    });
+    g.bench_function("phase_to_physical", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let df = s.ctx.sql(Q1).await.expect("sql");
+                df.create_physical_plan().await.expect("physical")
+            })
+        })
+    });
+    g.bench_function("phase_df_sql_collect", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let df = s.ctx.sql(Q1).await.expect("sql");
+                df.collect().await.expect("collect")
+            })
+        })
+    });
     g.bench_function("full_scan", |b| {
         b.iter(|| rt.block_on(count(&s, "SELECT avg(v), max(n) FROM m")))
     });

@@ -86,7 +86,7 @@ impl TableDef {
 }
 
 /// One column of a table.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ColumnDef {
     pub name: String,
     pub sql_type: SqlType,

@@ -67,6 +67,11 @@ impl HypertableProvider {
 }
 
 impl HypertableProvider {
+    /// The table as it was when the provider was made (its scans read the current one).
+    pub fn table(&self) -> &Arc<TableDef> {
+        &self.table
+    }
+
     /// Scans of files and memtable rows that need no merging.
     #[allow(clippy::too_many_arguments)]
     fn plain_inputs(
@@ -123,8 +128,11 @@ impl HypertableProvider {
             runtime.object_store(&self.store_url)?,
             runtime.cache_manager.get_file_metadata_cache(),
         );
+        // The page index only serves the predicate.
         let source = source
-            .with_enable_page_index(true)
+            .with_enable_page_index(physical.is_some())
+            // Chunk files carry no bloom filters (min/max statistics do the pruning).
+            .with_bloom_filter_on_read(false)
             .with_parquet_file_reader_factory(Arc::new(reader));
         let mut groups: Vec<Vec<PartitionedFile>> =
             vec![vec![]; partitions.min(files.len()).max(1)];
@@ -676,14 +684,25 @@ impl TableProvider for HypertableProvider {
                 let partly: Vec<&FileMeta> = partly.into_iter().map(|(f, _)| *f).collect();
                 let mut inputs = vec![];
                 if !inside.is_empty() {
+                    // Every row group matches every filter on time: no predicate, so
+                    // no per-file pruning work and no page index to read.
                     let target = state.config().target_partitions().max(1);
+                    let rest = conjunction(
+                        filters
+                            .iter()
+                            .filter(|e| !is_time_filter(&table, e))
+                            .cloned()
+                            .collect::<Vec<_>>(),
+                    )
+                    .map(|e| state.create_physical_expr(e, &df_schema))
+                    .transpose()?;
                     inputs.push(self.parquet_scan(
                         state,
                         &schema,
                         &inside,
                         target,
                         projection,
-                        physical.as_ref(),
+                        rest.as_ref(),
                         limit,
                     )?);
                 }

@@ -11,6 +11,7 @@ pub mod insert;
 pub mod interval;
 pub mod names;
 pub mod pgcompat;
+pub mod plan_cache;
 pub mod prepass;
 pub mod session;
 
@@ -65,12 +66,25 @@ pub enum Prepared {
     Native(Box<Statement>),
 }
 
+/// One step of a simple-protocol query text.
+#[derive(Debug)]
+pub enum Step {
+    /// The optimized plan kept for the same text.
+    Cached(Arc<plan_cache::Entry>),
+    /// A query that is the whole text: its plan may be kept.
+    WholeQuery(Statement),
+    /// One of the text's statements.
+    Statement(Statement),
+}
+
 /// One connection's SQL state.
 pub struct Session {
     pub engine: Arc<Engine>,
     pub db: String,
     pub ctx: SessionContext,
     pub settings: functions::Settings,
+    /// Optimized plans of the simple-protocol queries this session ran.
+    pub plans: plan_cache::PlanCache,
 }
 
 impl std::fmt::Debug for Session {
@@ -537,6 +551,7 @@ impl Session {
             db: db.to_string(),
             ctx,
             settings,
+            plans: plan_cache::PlanCache::default(),
         })
     }
 
@@ -649,10 +664,74 @@ impl Session {
             return Ok(vec![Output::Command(format!("INSERT 0 {n}"))]);
         }
         let mut out = vec![];
-        for stmt in parse(sql)? {
-            out.push(self.run_statement(stmt).await?);
+        for step in self.steps(sql)? {
+            out.push(self.run_step(sql, step).await?);
         }
         Ok(out)
+    }
+
+    /// What simple-protocol query text `sql` turns into: the plan this session kept
+    /// for the same text, else its parsed statements (none for only comments).
+    pub fn steps(&self, sql: &str) -> Result<Vec<Step>> {
+        if let Some(hit) = self
+            .plans
+            .get(sql, &self.engine.catalog.snapshot(), &self.db)
+        {
+            return Ok(vec![Step::Cached(hit)]);
+        }
+        let stmts = parse(sql)?;
+        if let [Statement::Query(_)] = stmts.as_slice() {
+            return Ok(stmts.into_iter().map(Step::WholeQuery).collect());
+        }
+        Ok(stmts.into_iter().map(Step::Statement).collect())
+    }
+
+    /// Runs one step of the simple-protocol query text `sql` (see [`Session::steps`]).
+    pub async fn run_step(&self, sql: &str, step: Step) -> Result<Output> {
+        match step {
+            Step::Cached(entry) => self.run_optimized(&self.ctx.state(), &entry).await,
+            Step::WholeQuery(stmt) => self.run_query_caching(sql, stmt).await,
+            Step::Statement(stmt) => self.run_statement(stmt).await,
+        }
+    }
+
+    /// Runs a query that is all of the text `sql`, keeping its optimized plan for the
+    /// next time the same text comes when [`plan_cache::cacheable`] allows it.
+    async fn run_query_caching(&self, sql: &str, stmt: Statement) -> Result<Output> {
+        let p = self.prepare(stmt).await?;
+        if let Prepared::Plan {
+            plan,
+            is_dml: false,
+            names,
+            gapfill: None,
+        } = &p
+            && let Some(tables) = plan_cache::cacheable(plan)
+        {
+            let state = self.ctx.state();
+            let optimized = state.optimize(plan)?;
+            let entry = self.plans.insert(sql, optimized, names.clone(), tables);
+            return self.run_optimized(&state, &entry).await;
+        }
+        self.execute(&p, None).await
+    }
+
+    /// Plans and starts an already optimized query.
+    async fn run_optimized(
+        &self,
+        state: &datafusion::execution::SessionState,
+        entry: &plan_cache::Entry,
+    ) -> Result<Output> {
+        let physical = state
+            .query_planner()
+            .create_physical_plan(&entry.plan, state)
+            .await?;
+        let schema = names::rename(
+            Arc::new(entry.plan.schema().as_arrow().clone()),
+            entry.names.as_deref(),
+        );
+        let task = Arc::new(datafusion::execution::TaskContext::from(state));
+        let stream = datafusion::physical_plan::execute_stream(physical, task)?;
+        Ok(Output::Rows(schema, stream))
     }
 
     /// Evaluates a constant expression through DataFusion (`SELECT e`); NULL when the
@@ -679,6 +758,8 @@ impl Session {
     }
 
     async fn execute_native(&self, stmt: &Statement) -> Result<Output> {
+        // SET changes what a query text means (time zone, search path); DDL may too.
+        self.plans.clear();
         if copy::handles(stmt) {
             return copy::start(self, stmt).await;
         }

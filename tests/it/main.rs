@@ -9,6 +9,7 @@ mod lastpoint;
 mod migrations;
 mod pg_catalog;
 mod pg_compare;
+mod plan_cache;
 mod psql;
 mod scan;
 mod wire;

@@ -465,18 +465,18 @@ impl SimpleQueryHandler for Handler {
                 return Ok(vec![Response::Error(Box::new(err_info(e)))]);
             }
         }
-        let stmts = match sql::parse(query) {
+        let steps = match c.session.steps(query) {
             Ok(s) => s,
             Err(e) => return Ok(vec![Response::Error(Box::new(err_info(e)))]),
         };
         // only comments (pgx's ping is `-- ping`): PostgreSQL answers EmptyQueryResponse
-        if stmts.is_empty() {
+        if steps.is_empty() {
             return Ok(vec![Response::EmptyQuery]);
         }
         let mut out = vec![];
-        for stmt in stmts {
+        for step in steps {
             let started = std::time::Instant::now();
-            let res = std::panic::AssertUnwindSafe(c.session.run_statement(stmt))
+            let res = std::panic::AssertUnwindSafe(c.session.run_step(query, step))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
