@@ -179,8 +179,9 @@ impl AnalyzerRule for RoundingCasts {
         "sundial_rounding_casts"
     }
 
-    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
         let rint = self.rint.clone();
+        let session_tz: Option<Arc<str>> = config.execution.time_zone.as_deref().map(Arc::from);
         let (add, sub, mul) = (self.add.clone(), self.sub.clone(), self.mul.clone());
         let out = plan.transform_up_with_subqueries(|node| {
             let mut merged = DFSchema::empty();
@@ -219,8 +220,27 @@ impl AnalyzerRule for RoundingCasts {
                     {
                         let mut text = text;
                         crate::sql::interval::complete_seconds(&mut text);
+                        let lit = Expr::Literal(ScalarValue::Utf8(Some(text)), meta);
+                        // Text without an offset names a time in the session's time
+                        // zone, also where it is compared with a column of another
+                        // zone (`time >= '2024-01-01 12:00'`), as in PostgreSQL.
+                        let lit = match (field.data_type(), &session_tz) {
+                            (DataType::Timestamp(unit, Some(tz)), Some(session))
+                                if tz != session =>
+                            {
+                                Expr::Cast(Cast {
+                                    expr: Box::new(lit),
+                                    field: Arc::new(arrow::datatypes::Field::new(
+                                        "",
+                                        DataType::Timestamp(*unit, Some(session.clone())),
+                                        true,
+                                    )),
+                                })
+                            }
+                            _ => lit,
+                        };
                         return Ok(Transformed::yes(Expr::Cast(Cast {
-                            expr: Box::new(Expr::Literal(ScalarValue::Utf8(Some(text)), meta)),
+                            expr: Box::new(lit),
                             field,
                         })));
                     }
