@@ -196,6 +196,20 @@ fn pruning(c: &mut Criterion) {
             ))
         })
     });
+    // The same query as text the session has not run before (a fresh comment each
+    // time), so it is parsed, analyzed and optimized rather than taken from the cache.
+    let runs = std::sync::atomic::AtomicU64::new(0);
+    g.bench_function("range_1_of_100_chunks_uncached", |b| {
+        b.iter(|| {
+            let run = runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            rt.block_on(count(
+                &s,
+                &format!(
+                    "SELECT avg(v), max(n) FROM m WHERE time >= '1970-02-01' AND time < '1970-02-02' /* {run} */"
+                ),
+            ))
+        })
+    });
     g.bench_function("range_0_of_100_chunks_planning_only", |b| {
         b.iter(|| {
             rt.block_on(count(

@@ -125,6 +125,22 @@ pub struct ColumnStats {
 }
 
 impl TableDef {
+    /// The definition without its file list (for holders that read files elsewhere
+    /// and must not keep an old list alive, such as cached query plans).
+    pub fn without_files(&self) -> TableDef {
+        TableDef {
+            id: self.id,
+            name: self.name.clone(),
+            columns: self.columns.clone(),
+            time_column: self.time_column.clone(),
+            chunk_interval_micros: self.chunk_interval_micros,
+            files: vec![],
+            series_key: self.series_key.clone(),
+            line_protocol: self.line_protocol,
+            retention: self.retention.clone(),
+        }
+    }
+
     /// Arrow schema of the table.
     pub fn schema(&self) -> SchemaRef {
         Arc::new(Schema::new(

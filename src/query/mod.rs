@@ -127,7 +127,7 @@ impl SchemaProvider for PublicSchema {
         let m = self.engine.catalog.snapshot();
         if let Ok(t) = m.table(&self.db, name) {
             return Ok(Some(Arc::new(HypertableProvider::new(
-                t.clone(),
+                t,
                 self.engine.writer.clone(),
                 self.engine.store_url.clone(),
             ))));

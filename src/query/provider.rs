@@ -46,7 +46,10 @@ pub struct HypertableProvider {
 }
 
 impl HypertableProvider {
-    pub fn new(table: Arc<TableDef>, writer: Arc<WriteService>, store_url: ObjectStoreUrl) -> Self {
+    /// A provider for `table`; it keeps the definition only (scans and inserts look up
+    /// the current files and memtable), so a cached plan pins no old file list.
+    pub fn new(table: &TableDef, writer: Arc<WriteService>, store_url: ObjectStoreUrl) -> Self {
+        let table = Arc::new(table.without_files());
         let defaults = table
             .columns
             .iter()
