@@ -35,6 +35,8 @@ pub struct Engine {
     pub compact_lock: tokio::sync::Mutex<()>,
     /// Run state of retention jobs.
     pub jobs: crate::jobs::Jobs,
+    /// Typed file statistics for chunk pruning, per table version.
+    pub file_stats: Arc<crate::query::stats_cache::StatsCache>,
     _lock: File,
 }
 
@@ -93,6 +95,7 @@ impl Engine {
             metrics: Default::default(),
             compact_lock: tokio::sync::Mutex::new(()),
             jobs: Default::default(),
+            file_stats: Default::default(),
             _lock: lock,
         });
         tokio::spawn(crate::write::run_flusher(

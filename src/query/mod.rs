@@ -6,6 +6,7 @@
 pub mod dedup;
 pub mod pg_catalog;
 pub mod provider;
+pub mod stats_cache;
 pub mod system;
 
 use std::sync::Arc;
@@ -126,11 +127,7 @@ impl SchemaProvider for PublicSchema {
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         let m = self.engine.catalog.snapshot();
         if let Ok(t) = m.table(&self.db, name) {
-            return Ok(Some(Arc::new(HypertableProvider::new(
-                t,
-                self.engine.writer.clone(),
-                self.engine.store_url.clone(),
-            ))));
+            return Ok(Some(Arc::new(HypertableProvider::new(t, &self.engine))));
         }
         if name == system::CHUNK_FILES {
             return Ok(Some(system::chunk_files(

@@ -33,6 +33,7 @@ use futures::StreamExt;
 
 use crate::catalog::{FileMeta, TableDef};
 use crate::query::dedup::{DedupExec, in_ranges};
+use crate::query::stats_cache::StatsCache;
 use crate::storage;
 use crate::write::{MemBatch, WriteService};
 
@@ -43,12 +44,13 @@ pub struct HypertableProvider {
     writer: Arc<WriteService>,
     store_url: ObjectStoreUrl,
     defaults: std::collections::HashMap<String, Expr>,
+    stats: Arc<StatsCache>,
 }
 
 impl HypertableProvider {
     /// A provider for `table`; it keeps the definition only (scans and inserts look up
     /// the current files and memtable), so a cached plan pins no old file list.
-    pub fn new(table: &TableDef, writer: Arc<WriteService>, store_url: ObjectStoreUrl) -> Self {
+    pub fn new(table: &TableDef, engine: &crate::Engine) -> Self {
         let table = Arc::new(table.without_files());
         let defaults = table
             .columns
@@ -62,9 +64,10 @@ impl HypertableProvider {
             .collect();
         HypertableProvider {
             table,
-            writer,
-            store_url,
+            writer: engine.writer.clone(),
+            store_url: engine.store_url.clone(),
             defaults,
+            stats: engine.file_stats.clone(),
         }
     }
 }
@@ -527,7 +530,7 @@ pub fn files_may_match(
     prune(pruning.as_deref(), &file_stats(schema, files))
 }
 
-fn prune(pred: Option<&PruningPredicate>, stats: &ContainerStats<'_>) -> Vec<bool> {
+fn prune(pred: Option<&PruningPredicate>, stats: &impl PruningStatistics) -> Vec<bool> {
     match pred {
         Some(p) => p
             .prune(stats)
@@ -614,7 +617,7 @@ impl TableProvider for HypertableProvider {
         });
 
         // Files.
-        let keep_files = prune(pruning.as_deref(), &file_stats(&schema, &table.files));
+        let keep_files = prune(pruning.as_deref(), &self.stats.for_table(&table));
         // Memtable chunks: only the time range of the chunk is known.
         let mem_meta: Vec<FileMeta> = view
             .mem

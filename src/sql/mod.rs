@@ -566,6 +566,16 @@ impl Session {
         stmt: Statement,
         declared: &[Option<arrow::datatypes::DataType>],
     ) -> Result<Prepared> {
+        self.prepare_in(&self.ctx.state(), stmt, declared).await
+    }
+
+    /// [`Session::prepare_typed`] with a session state the caller goes on using.
+    async fn prepare_in(
+        &self,
+        state: &datafusion::execution::SessionState,
+        stmt: Statement,
+        declared: &[Option<arrow::datatypes::DataType>],
+    ) -> Result<Prepared> {
         if is_native(&stmt) {
             return Ok(Prepared::Native(Box::new(stmt)));
         }
@@ -588,9 +598,7 @@ impl Session {
         if let Statement::Query(q) = &mut stmt {
             names::alias_duplicates(q);
         }
-        let plan = self
-            .ctx
-            .state()
+        let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
             .await?;
         let plan = infer_placeholders(plan, declared)?;
@@ -698,7 +706,8 @@ impl Session {
     /// Runs a query that is all of the text `sql`, keeping its optimized plan for the
     /// next time the same text comes when [`plan_cache::cacheable`] allows it.
     async fn run_query_caching(&self, sql: &str, stmt: Statement) -> Result<Output> {
-        let p = self.prepare(stmt).await?;
+        let state = self.ctx.state();
+        let p = self.prepare_in(&state, stmt, &[]).await?;
         if let Prepared::Plan {
             plan,
             is_dml: false,
@@ -707,7 +716,6 @@ impl Session {
         } = &p
             && let Some(tables) = plan_cache::cacheable(plan)
         {
-            let state = self.ctx.state();
             let optimized = state.optimize(plan)?;
             let entry = self.plans.insert(sql, optimized, names.clone(), tables);
             return self.run_optimized(&state, &entry).await;
