@@ -6,8 +6,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt64Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
 use arrow::datatypes::SchemaRef;
+use arrow::datatypes::UInt64Type;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::pruning::PruningStatistics;
@@ -485,8 +486,18 @@ pub fn files_all_match<'a>(
     pred: &Expr,
     files: impl IntoIterator<Item = &'a FileMeta>,
 ) -> DfResult<Vec<bool>> {
+    all_match(state, schema, pred, &file_stats(schema, files))
+}
+
+/// For each container of `stats`, whether its statistics prove `pred` true on every
+/// row (see [`files_all_match`]).
+fn all_match(
+    state: &dyn Session,
+    schema: &SchemaRef,
+    pred: &Expr,
+    stats: &impl PruningStatistics,
+) -> DfResult<Vec<bool>> {
     use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
-    let files: Vec<&FileMeta> = files.into_iter().collect();
     let df_schema = Arc::new(DFSchema::try_from(schema.as_ref().clone())?);
     let ctx = SimplifyContext::builder()
         .with_schema(df_schema.clone())
@@ -498,24 +509,21 @@ pub fn files_all_match<'a>(
     let survivors = PruningPredicateBuilder::new()
         .with_file_schema(schema.clone())
         .build(negated);
-    let may_fail = prune(
-        survivors.as_deref(),
-        &file_stats(schema, files.iter().copied()),
-    );
-    let refs = pred.column_refs();
-    Ok(files
-        .iter()
-        .zip(may_fail)
-        .map(|(f, may_fail)| {
-            !may_fail
-                && refs.iter().all(|c| {
-                    f.stats
-                        .iter()
-                        .find(|st| st.column == c.name)
-                        .is_some_and(|st| st.null_count == Some(0))
-                })
-        })
-        .collect())
+    let mut all = prune(survivors.as_deref(), stats);
+    for all in &mut all {
+        *all = !*all;
+    }
+    for c in pred.column_refs() {
+        let nulls = stats
+            .null_counts(c)
+            .map(|a| a.as_primitive::<UInt64Type>().clone());
+        for (i, all) in all.iter_mut().enumerate() {
+            *all &= nulls
+                .as_ref()
+                .is_some_and(|n| n.is_valid(i) && n.value(i) == 0);
+        }
+    }
+    Ok(all)
 }
 
 /// For each file, whether its statistics allow a row matching `pred` (true = read it).
@@ -617,7 +625,8 @@ impl TableProvider for HypertableProvider {
         });
 
         // Files.
-        let keep_files = prune(pruning.as_deref(), &self.stats.for_table(&table));
+        let table_stats = self.stats.for_table(&table);
+        let keep_files = prune(pruning.as_deref(), &table_stats);
         // Memtable chunks: only the time range of the chunk is known.
         let mem_meta: Vec<FileMeta> = view
             .mem
@@ -679,10 +688,15 @@ impl TableProvider for HypertableProvider {
             )?)?,
             (Some(exact), true) => {
                 // Files entirely inside the range need neither the filter nor its columns.
-                let whole = if files.is_empty() {
+                let whole: Vec<bool> = if files.is_empty() {
                     vec![]
                 } else {
-                    files_all_match(state, &schema, exact, files.iter().copied())?
+                    all_match(state, &schema, exact, &table_stats)?
+                        .into_iter()
+                        .zip(&keep_files)
+                        .filter(|(_, k)| **k)
+                        .map(|(w, _)| w)
+                        .collect()
                 };
                 let (inside, partly): (Vec<_>, Vec<_>) =
                     files.iter().zip(whole).partition(|(_, w)| *w);

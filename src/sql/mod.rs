@@ -681,10 +681,7 @@ impl Session {
     /// What simple-protocol query text `sql` turns into: the plan this session kept
     /// for the same text, else its parsed statements (none for only comments).
     pub fn steps(&self, sql: &str) -> Result<Vec<Step>> {
-        if let Some(hit) = self
-            .plans
-            .get(sql, &self.engine.catalog.snapshot(), &self.db)
-        {
+        if let Some(hit) = self.plans.get(sql, &self.engine.catalog, &self.db) {
             return Ok(vec![Step::Cached(hit)]);
         }
         let stmts = parse(sql)?;

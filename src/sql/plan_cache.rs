@@ -11,7 +11,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 use parking_lot::Mutex;
 
-use crate::catalog::{ColumnDef, Manifest};
+use crate::catalog::{Catalog, ColumnDef};
 use crate::query::provider::HypertableProvider;
 
 /// Queries longer than this are not cached (long literal lists rarely repeat).
@@ -47,8 +47,12 @@ pub struct PlanCache {
 
 impl PlanCache {
     /// The cached plan for `sql` when every table it reads is unchanged in `catalog`.
-    pub fn get(&self, sql: &str, catalog: &Manifest, db: &str) -> Option<Arc<Entry>> {
+    pub fn get(&self, sql: &str, catalog: &Catalog, db: &str) -> Option<Arc<Entry>> {
+        if sql.len() > MAX_SQL_LEN {
+            return None;
+        }
         let entry = self.entries.lock().get(sql).cloned()?;
+        let catalog = catalog.snapshot();
         let unchanged = entry.tables.iter().all(|k| {
             catalog
                 .table(db, &k.name)
