@@ -2,17 +2,17 @@
 //! statistics, scans the surviving Parquet files plus the memtable rows, and sends
 //! INSERTs into the write path. `HypertableScanExec` reports the pruning in EXPLAIN.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::datatypes::UInt64Type;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::pruning::PruningStatistics;
-use datafusion::common::{Column, DFSchema, ScalarValue};
+use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::datasource::TableProvider;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -34,7 +34,7 @@ use futures::StreamExt;
 
 use crate::catalog::{FileMeta, TableDef};
 use crate::query::dedup::{DedupExec, in_ranges};
-use crate::query::stats_cache::StatsCache;
+use crate::query::stats_cache::{FileStats, StatsCache};
 use crate::storage;
 use crate::write::{MemBatch, WriteService};
 
@@ -393,90 +393,6 @@ pub fn default_expr(sql: &str, dt: &arrow::datatypes::DataType) -> crate::Result
     Ok(Expr::Literal(v, None))
 }
 
-/// Statistics of a set of containers (files or memtable chunks) for pruning.
-struct ContainerStats<'a> {
-    schema: SchemaRef,
-    /// For each container, per column (by schema index): (min, max, null_count).
-    mins: Vec<Vec<Option<&'a str>>>,
-    maxs: Vec<Vec<Option<&'a str>>>,
-    nulls: Vec<Vec<Option<u64>>>,
-    rows: Vec<Option<u64>>,
-}
-
-impl<'a> ContainerStats<'a> {
-    fn col(&self, column: &Column) -> Option<usize> {
-        self.schema.index_of(&column.name).ok()
-    }
-    fn values(&self, column: &Column, src: &[Vec<Option<&'a str>>]) -> Option<ArrayRef> {
-        let i = self.col(column)?;
-        let vals: Vec<Option<&str>> = src.iter().map(|c| c.get(i).copied().flatten()).collect();
-        storage::stats_array(&vals, self.schema.field(i).data_type())
-    }
-}
-
-impl PruningStatistics for ContainerStats<'_> {
-    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.values(column, &self.mins)
-    }
-    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.values(column, &self.maxs)
-    }
-    fn num_containers(&self) -> usize {
-        self.rows.len()
-    }
-    fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
-        let i = self.col(column)?;
-        Some(Arc::new(UInt64Array::from(
-            self.nulls
-                .iter()
-                .map(|n| n.get(i).copied().flatten())
-                .collect::<Vec<_>>(),
-        )))
-    }
-    fn row_counts(&self) -> Option<ArrayRef> {
-        Some(Arc::new(UInt64Array::from(self.rows.clone())))
-    }
-    fn contained(&self, _column: &Column, _values: &HashSet<ScalarValue>) -> Option<BooleanArray> {
-        None
-    }
-}
-
-fn file_stats<'a>(
-    schema: &SchemaRef,
-    files: impl IntoIterator<Item = &'a FileMeta>,
-) -> ContainerStats<'a> {
-    let mut s = ContainerStats {
-        schema: schema.clone(),
-        mins: vec![],
-        maxs: vec![],
-        nulls: vec![],
-        rows: vec![],
-    };
-    for f in files {
-        let mut mins = vec![None; schema.fields().len()];
-        let mut maxs = vec![None; schema.fields().len()];
-        let mut nulls = vec![None; schema.fields().len()];
-        for st in &f.stats {
-            if let Ok(i) = schema.index_of(&st.column) {
-                mins[i] = st.min.as_deref();
-                maxs[i] = st.max.as_deref();
-                nulls[i] = st.null_count;
-            }
-        }
-        // Columns added after the file was written are all NULL in it.
-        for (i, fld) in schema.fields().iter().enumerate() {
-            if !f.stats.iter().any(|st| &st.column == fld.name()) {
-                nulls[i] = Some(f.rows);
-            }
-        }
-        s.mins.push(mins);
-        s.maxs.push(maxs);
-        s.nulls.push(nulls);
-        s.rows.push(Some(f.rows));
-    }
-    s
-}
-
 /// For each file, whether its statistics prove that `pred` is true on every row:
 /// `NOT pred` cannot match, and the columns `pred` reads hold no NULL (where `pred`
 /// would be NULL rather than true).
@@ -486,7 +402,7 @@ pub fn files_all_match<'a>(
     pred: &Expr,
     files: impl IntoIterator<Item = &'a FileMeta>,
 ) -> DfResult<Vec<bool>> {
-    all_match(state, schema, pred, &file_stats(schema, files))
+    all_match(state, schema, pred, &FileStats::new(schema, files))
 }
 
 /// For each container of `stats`, whether its statistics prove `pred` true on every
@@ -535,7 +451,7 @@ pub fn files_may_match(
     let pruning = PruningPredicateBuilder::new()
         .with_file_schema(schema.clone())
         .build(pred);
-    prune(pruning.as_deref(), &file_stats(schema, files))
+    prune(pruning.as_deref(), &FileStats::new(schema, files))
 }
 
 fn prune(pred: Option<&PruningPredicate>, stats: &impl PruningStatistics) -> Vec<bool> {
@@ -633,7 +549,7 @@ impl TableProvider for HypertableProvider {
             .iter()
             .map(|(start, batches)| mem_chunk_meta(&table, *start, batches))
             .collect();
-        let keep_mem = prune(pruning.as_deref(), &file_stats(&schema, &mem_meta));
+        let keep_mem = prune(pruning.as_deref(), &FileStats::new(&schema, &mem_meta));
 
         let mut all_chunks = BTreeSet::new();
         let mut kept_chunks = BTreeSet::new();
@@ -668,14 +584,13 @@ impl TableProvider for HypertableProvider {
             Some(_) => dirty_ranges(&table, &files, &mem),
             None => vec![],
         };
-        // The time filters this scan applies itself (see `supports_filters_pushdown`).
-        let exact = conjunction(
-            filters
-                .iter()
-                .filter(|e| is_time_filter(&table, e))
-                .cloned()
-                .collect::<Vec<_>>(),
-        );
+        // The time filters this scan applies itself (see `supports_filters_pushdown`),
+        // and the others, which only prune.
+        let (exact, rest): (Vec<Expr>, Vec<Expr>) = filters
+            .iter()
+            .cloned()
+            .partition(|e| is_time_filter(&table, e));
+        let (exact, rest) = (conjunction(exact), conjunction(rest));
         let input = match (&exact, dirty.is_empty()) {
             (None, true) => UnionExec::try_new(self.plain_inputs(
                 state,
@@ -707,15 +622,9 @@ impl TableProvider for HypertableProvider {
                     // Every row group matches every filter on time: no predicate, so
                     // no per-file pruning work and no page index to read.
                     let target = state.config().target_partitions().max(1);
-                    let rest = conjunction(
-                        filters
-                            .iter()
-                            .filter(|e| !is_time_filter(&table, e))
-                            .cloned()
-                            .collect::<Vec<_>>(),
-                    )
-                    .map(|e| state.create_physical_expr(e, &df_schema))
-                    .transpose()?;
+                    let rest = rest
+                        .map(|e| state.create_physical_expr(e, &df_schema))
+                        .transpose()?;
                     inputs.push(self.parquet_scan(
                         state,
                         &schema,

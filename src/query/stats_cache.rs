@@ -1,7 +1,7 @@
-//! Per-table cache of the typed min/max/null-count arrays that chunk pruning reads.
-//! The catalog keeps file statistics as text; turning them into arrays on every query
-//! costs time in proportion to the number of files, so each table version (one
-//! `Arc<TableDef>` of the catalog) gets them built once, column by column, on demand.
+//! The min/max/null-count arrays that chunk pruning reads, built from the catalog's
+//! file statistics (kept as text). Turning them into arrays costs time in proportion
+//! to the number of files, so for a table's files they are cached per table version
+//! (one `Arc<TableDef>` of the catalog), column by column on demand.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock, Weak};
@@ -12,8 +12,92 @@ use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::{Column, ScalarValue};
 use parking_lot::Mutex;
 
-use crate::catalog::TableDef;
+use crate::catalog::{FileMeta, TableDef};
 use crate::storage;
+
+/// The min (or max) of column `i` of `schema` in each of `files`.
+fn bounds<'a>(
+    files: impl Iterator<Item = &'a FileMeta>,
+    schema: &SchemaRef,
+    i: usize,
+    max: bool,
+) -> Option<ArrayRef> {
+    let field = schema.field(i);
+    let values: Vec<Option<&str>> = files
+        .map(|f| {
+            let st = f.stats.iter().find(|s| &s.column == field.name())?;
+            if max {
+                st.max.as_deref()
+            } else {
+                st.min.as_deref()
+            }
+        })
+        .collect();
+    storage::stats_array(&values, field.data_type())
+}
+
+/// The NULL count of column `i` of `schema` in each of `files`; a column added after
+/// a file was written is all NULL in it.
+fn null_counts<'a>(
+    files: impl Iterator<Item = &'a FileMeta>,
+    schema: &SchemaRef,
+    i: usize,
+) -> ArrayRef {
+    let name = schema.field(i).name();
+    Arc::new(UInt64Array::from_iter(files.map(
+        |f| match f.stats.iter().find(|s| &s.column == name) {
+            Some(st) => st.null_count,
+            None => Some(f.rows),
+        },
+    )))
+}
+
+/// [`PruningStatistics`] of any list of files (or memtable chunks described as
+/// files), built when asked and not kept.
+pub struct FileStats<'a> {
+    schema: SchemaRef,
+    files: Vec<&'a FileMeta>,
+}
+
+impl<'a> FileStats<'a> {
+    pub fn new(schema: &SchemaRef, files: impl IntoIterator<Item = &'a FileMeta>) -> Self {
+        FileStats {
+            schema: schema.clone(),
+            files: files.into_iter().collect(),
+        }
+    }
+}
+
+impl PruningStatistics for FileStats<'_> {
+    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
+        let i = self.schema.index_of(&column.name).ok()?;
+        bounds(self.files.iter().copied(), &self.schema, i, false)
+    }
+
+    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
+        let i = self.schema.index_of(&column.name).ok()?;
+        bounds(self.files.iter().copied(), &self.schema, i, true)
+    }
+
+    fn num_containers(&self) -> usize {
+        self.files.len()
+    }
+
+    fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
+        let i = self.schema.index_of(&column.name).ok()?;
+        Some(null_counts(self.files.iter().copied(), &self.schema, i))
+    }
+
+    fn row_counts(&self) -> Option<ArrayRef> {
+        Some(Arc::new(UInt64Array::from_iter_values(
+            self.files.iter().map(|f| f.rows),
+        )))
+    }
+
+    fn contained(&self, _column: &Column, _values: &HashSet<ScalarValue>) -> Option<BooleanArray> {
+        None
+    }
+}
 
 /// Statistics arrays of every file of one table version, in the table's file order.
 #[derive(Debug)]
@@ -82,24 +166,8 @@ impl TableStats {
         } else {
             &self.arrays.mins[i]
         };
-        cell.get_or_init(|| {
-            let name = self.arrays.schema.field(i).name();
-            let values: Vec<Option<&str>> = self
-                .table
-                .files
-                .iter()
-                .map(|f| {
-                    let st = f.stats.iter().find(|s| &s.column == name)?;
-                    if max {
-                        st.max.as_deref()
-                    } else {
-                        st.min.as_deref()
-                    }
-                })
-                .collect();
-            storage::stats_array(&values, self.arrays.schema.field(i).data_type())
-        })
-        .clone()
+        cell.get_or_init(|| bounds(self.table.files.iter(), &self.arrays.schema, i, max))
+            .clone()
     }
 }
 
@@ -118,18 +186,9 @@ impl PruningStatistics for TableStats {
 
     fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
         let i = self.col(column)?;
-        let name = self.arrays.schema.field(i).name();
         Some(
             self.arrays.nulls[i]
-                .get_or_init(|| {
-                    // A column added after a file was written is all NULL in it.
-                    Arc::new(UInt64Array::from_iter(self.table.files.iter().map(|f| {
-                        match f.stats.iter().find(|s| &s.column == name) {
-                            Some(st) => st.null_count,
-                            None => Some(f.rows),
-                        }
-                    })))
-                })
+                .get_or_init(|| null_counts(self.table.files.iter(), &self.arrays.schema, i))
                 .clone(),
         )
     }
