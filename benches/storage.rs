@@ -49,7 +49,7 @@ async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> (Arc<Engine>, Sessio
 
 fn table(engine: &Engine) -> Arc<TableDef> {
     engine
-        .catalog
+        .catalog()
         .snapshot()
         .table("sundial", "m")
         .expect("table")
@@ -105,7 +105,7 @@ fn write_path(c: &mut Criterion) {
                     rt.block_on(async {
                         let mut tasks = vec![];
                         for _ in 0..8 {
-                            let w = engine.writer.clone();
+                            let w = engine.clone();
                             let t = t.clone();
                             let b = b.clone();
                             tasks.push(tokio::spawn(async move { w.write(&t, b).await }));
@@ -118,7 +118,7 @@ fn write_path(c: &mut Criterion) {
             },
         );
         // keep memory bounded between policies
-        rt.block_on(engine.writer.flush_all()).expect("flush");
+        rt.block_on(engine.flush()).expect("flush");
     }
     g.finish();
 }
@@ -138,7 +138,6 @@ fn flush(c: &mut Criterion) {
                 rt.block_on(async {
                     for i in 0..(rows / 100_000) {
                         engine
-                            .writer
                             .write(&t, batch(i as i64 * 100_000 * 1000, 1000, 100_000))
                             .await
                             .expect("write");
@@ -146,7 +145,7 @@ fn flush(c: &mut Criterion) {
                 });
                 (dir, engine)
             },
-            |(_dir, engine)| rt.block_on(engine.writer.flush_all()).expect("flush"),
+            |(_dir, engine)| rt.block_on(engine.flush()).expect("flush"),
             criterion::BatchSize::PerIteration,
         )
     });
@@ -176,15 +175,14 @@ fn pruning(c: &mut Criterion) {
         for day in 0..100i64 {
             let step = DAY / 100_000;
             engine
-                .writer
                 .write(&t, batch(day * DAY, step, 100_000))
                 .await
                 .expect("write");
             if day % 20 == 19 {
-                engine.writer.flush_all().await.expect("flush");
+                engine.flush().await.expect("flush");
             }
         }
-        engine.writer.flush_all().await.expect("flush");
+        engine.flush().await.expect("flush");
     });
     let mut g = c.benchmark_group("query_10M_rows_100_chunks");
     g.sample_size(10);

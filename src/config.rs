@@ -189,7 +189,7 @@ impl Settings {
                 .map_err(|e| Error::Config(format!("flush_age `{v}`: {e}")))?;
         }
         if let Some(v) = self.chunk_interval {
-            let micros = crate::sql::interval::parse_interval_micros(&v)
+            let micros = crate::interval::parse_interval_micros(&v)
                 .map_err(|e| Error::Config(format!("chunk_interval `{v}`: {e}")))?;
             if micros <= 0 {
                 return Err(Error::Config("chunk_interval must be positive".into()));

@@ -112,9 +112,86 @@ impl Error {
     }
 }
 
+impl From<Error> for DataFusionError {
+    /// Carries a Sundial error (and its SQLSTATE) through DataFusion unchanged.
+    fn from(e: Error) -> DataFusionError {
+        DataFusionError::External(Box::new(e))
+    }
+}
+
+/// Which errors a [`MESSAGE_RULES`] row applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// Any DataFusion or Arrow error.
+    Any,
+    /// `DataFusionError::Plan`.
+    Plan,
+    /// `DataFusionError::Execution`.
+    Exec,
+}
+
+/// Read the message as a failed cast ([`cast_message_sqlstate`]).
+const CAST: &str = "cast";
+
+/// DataFusion's and Arrow's own errors carry no SQLSTATE; these rows pick one from
+/// the message: the first row of the error's scope (or `Any`) whose substrings all
+/// occur in the lower-cased message wins. Sundial's own errors never come here: they
+/// carry their code ([`Error::sql`], through `DataFusionError::External`). Every row
+/// is exercised by the test `every_message_rule_is_reachable`.
+const MESSAGE_RULES: &[(Scope, &[&str], &str)] = &[
+    (Scope::Any, &["non-nullable"], "23502"),
+    (Scope::Any, &["violates not-null"], "23502"),
+    (Scope::Any, &["percentile value must be between"], "22003"),
+    (
+        Scope::Any,
+        &["inconsistent data length across values list"],
+        "42601",
+    ),
+    (Scope::Any, &["column count doesn't match"], "42601"),
+    (
+        Scope::Any,
+        &["more expressions than target columns"],
+        "42601",
+    ),
+    (Scope::Plan, &["table", "not found"], "42P01"),
+    (Scope::Plan, &["invalid function"], "42883"),
+    (Scope::Plan, &["function", "not found"], "42883"),
+    (Scope::Plan, &["no function matches"], "42883"),
+    (Scope::Plan, &["failed to coerce arguments"], "42883"),
+    (Scope::Plan, &["does not support"], "42883"),
+    (Scope::Plan, &["arithmetic expression"], "42883"),
+    (Scope::Plan, &["no operator"], "42883"),
+    (Scope::Plan, &["cannot cast"], "42846"),
+    (Scope::Plan, &["cannot coerce"], "42846"),
+    (Scope::Plan, &["no field named"], "42703"),
+    (Scope::Plan, &["placeholder"], "42P02"),
+    (Scope::Plan, &["parameter"], "42P02"),
+    (Scope::Exec, &["error parsing timestamp from '"], CAST),
+    (Scope::Exec, &["cast"], CAST),
+    (Scope::Exec, &["parse"], CAST),
+    (Scope::Exec, &["invalid"], CAST),
+    (Scope::Exec, &["divide by zero"], "22012"),
+    (Scope::Exec, &["division by zero"], "22012"),
+    (Scope::Exec, &["overflow"], "22003"),
+    (Scope::Exec, &["out of range"], "22003"),
+];
+
+/// The SQLSTATE [`MESSAGE_RULES`] give message `m` of an error of `scope`.
+fn message_sqlstate(scope: Scope, m: &str) -> Option<&'static str> {
+    let l = m.to_ascii_lowercase();
+    let (_, _, code) = MESSAGE_RULES.iter().find(|(s, all, _)| {
+        (*s == scope || *s == Scope::Any) && all.iter().all(|part| l.contains(part))
+    })?;
+    Some(if *code == CAST {
+        cast_message_sqlstate(m)
+    } else {
+        code
+    })
+}
+
 fn arrow_sqlstate(e: &arrow::error::ArrowError) -> &'static str {
     use arrow::error::ArrowError as A;
-    if let Some(code) = common_message_sqlstate(&e.to_string().to_ascii_lowercase()) {
+    if let Some(code) = message_sqlstate(Scope::Any, &e.to_string()) {
         return code;
     }
     match e {
@@ -136,14 +213,14 @@ fn arrow_sqlstate(e: &arrow::error::ArrowError) -> &'static str {
 }
 
 /// The value in "Error parsing timestamp from 'VALUE'" messages.
-pub fn timestamp_parse_value(m: &str) -> Option<&str> {
+fn timestamp_parse_value(m: &str) -> Option<&str> {
     let i = m.find("Error parsing timestamp from '")?;
     let rest = &m[i + "Error parsing timestamp from '".len()..];
     rest.split('\'').next()
 }
 
 /// A timestamp that has the shape `YYYY-MM-DD` but names no real date is out of range.
-pub fn looks_like_date(v: &str) -> bool {
+fn looks_like_date(v: &str) -> bool {
     let b = v.as_bytes();
     b.len() >= 10
         && b[..4].iter().all(u8::is_ascii_digit)
@@ -153,6 +230,7 @@ pub fn looks_like_date(v: &str) -> bool {
         && b[8..10].iter().all(u8::is_ascii_digit)
 }
 
+/// The SQLSTATE of a failed cast or parse, from Arrow's message.
 fn cast_message_sqlstate(m: &str) -> &'static str {
     if let Some(v) = timestamp_parse_value(m) {
         return if looks_like_date(v) { "22008" } else { "22007" };
@@ -167,10 +245,10 @@ fn cast_message_sqlstate(m: &str) -> &'static str {
             return "22007";
         }
     }
-    if m.to_ascii_lowercase().contains("interval") {
+    let l = m.to_ascii_lowercase();
+    if l.contains("interval") {
         return "22007";
     }
-    let l = m.to_ascii_lowercase();
     if l.contains("can't cast value") {
         return "22003";
     }
@@ -188,8 +266,8 @@ fn cast_message_sqlstate(m: &str) -> &'static str {
 }
 
 /// Maps a DataFusion error to a SQLSTATE by variant and, where DataFusion has no
-/// finer variant, by its message.
-pub fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
+/// finer variant, by [`MESSAGE_RULES`].
+fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
     use datafusion::common::SchemaError;
     match e {
         DataFusionError::SQL(_, _) => "42601",
@@ -219,70 +297,108 @@ pub fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
                 "XX000"
             }
         }
-        DataFusionError::Plan(m) => plan_message_sqlstate(m),
-        DataFusionError::Execution(m) => execution_message_sqlstate(m),
+        DataFusionError::Plan(m) => message_sqlstate(Scope::Plan, m).unwrap_or("42000"),
+        DataFusionError::Execution(m) => message_sqlstate(Scope::Exec, m).unwrap_or("XX000"),
         _ => "XX000",
     }
 }
 
-/// Messages that mean the same thing whatever DataFusion variant carries them.
-fn common_message_sqlstate(l: &str) -> Option<&'static str> {
-    if l.contains("non-nullable") || l.contains("violates not-null") {
-        Some("23502")
-    } else if l.contains("percentile value must be between") {
-        Some("22003")
-    } else if l.contains("inconsistent data length across values list")
-        || l.contains("column count doesn't match")
-        || l.contains("more expressions than target columns")
-    {
-        Some("42601")
-    } else {
-        None
+impl Error {
+    /// The message a PostgreSQL client sees: ours as written; DataFusion's without
+    /// its prefixes and, where clients rely on PostgreSQL's wording, in that wording.
+    pub fn client_message(&self) -> String {
+        match self {
+            Error::DataFusion(df) => pg_message(self.sqlstate(), &strip_df(&df.to_string())),
+            other => other.to_string(),
+        }
     }
 }
 
-fn plan_message_sqlstate(m: &str) -> &'static str {
-    let l = m.to_ascii_lowercase();
-    if let Some(code) = common_message_sqlstate(&l) {
-        code
-    } else if l.contains("table") && l.contains("not found") {
-        "42P01"
-    } else if l.contains("invalid function")
-        || (l.contains("function") && l.contains("not found"))
-        || l.contains("no function matches")
-        || l.contains("failed to coerce arguments")
-        || l.contains("does not support")
-        || l.contains("arithmetic expression")
-        || l.contains("no operator")
-    {
-        "42883"
-    } else if l.contains("cannot cast") || l.contains("cannot coerce") {
-        "42846"
-    } else if l.contains("no field named") {
-        "42703"
-    } else if l.contains("placeholder") || l.contains("parameter") {
-        "42P02"
-    } else {
-        "42000"
+/// PostgreSQL's name of an Arrow type in a cast message.
+fn pg_type_name(arrow: &str) -> &str {
+    match arrow {
+        "Int16" => "smallint",
+        "Int32" => "integer",
+        "Int64" => "bigint",
+        "Float32" => "real",
+        "Float64" => "double precision",
+        "Boolean" => "boolean",
+        t if t.starts_with("Timestamp") => "timestamp with time zone",
+        t if t.starts_with("Date") => "date",
+        t if t.starts_with("Decimal") => "numeric",
+        other => other,
     }
 }
 
-fn execution_message_sqlstate(m: &str) -> &'static str {
-    if timestamp_parse_value(m).is_some() {
-        return cast_message_sqlstate(m);
+/// Rewrites DataFusion wording into PostgreSQL's where clients rely on it.
+fn pg_message(code: &str, m: &str) -> String {
+    // A function's own coercion error, wrapped by DataFusion's planner: keep ours.
+    if let Some((_, inner)) = m.split_once("coercion failed with: External error: ") {
+        return inner
+            .split(". No function matches")
+            .next()
+            .unwrap_or(inner)
+            .to_string();
     }
-    let l = m.to_ascii_lowercase();
-    if let Some(code) = common_message_sqlstate(&l) {
-        code
-    } else if l.contains("cast") || l.contains("parse") || l.contains("invalid") {
-        cast_message_sqlstate(m)
-    } else if l.contains("divide by zero") || l.contains("division by zero") {
-        "22012"
-    } else if l.contains("overflow") || l.contains("out of range") {
-        "22003"
-    } else {
-        "XX000"
+    if code == "23502" {
+        return "null value violates not-null constraint".into();
     }
+    if code == "42601" && m.contains("values list") {
+        return "INSERT has more expressions than target columns".into();
+    }
+    if code == "42P01"
+        && let Some(rest) = m.strip_prefix("table '")
+        && let Some(name) = rest.split('\'').next()
+    {
+        let short = name.rsplit('.').next().unwrap_or(name);
+        return format!("relation \"{short}\" does not exist");
+    }
+    if let Some(v) = timestamp_parse_value(m) {
+        return if code == "22008" {
+            format!("date/time field value out of range: \"{v}\"")
+        } else {
+            format!("invalid input syntax for type timestamp with time zone: \"{v}\"")
+        };
+    }
+    if let Some(rest) = m.strip_prefix("Cast error: Can't cast value ")
+        && let Some((_, ty)) = rest.rsplit_once(" to type ")
+    {
+        let pg = match ty {
+            "Int16" | "Int32" | "Int64" => pg_type_name(ty),
+            other => other,
+        };
+        return format!("{pg} out of range");
+    }
+    if let Some(rest) = m.strip_prefix("Cast error: Cannot cast string '")
+        && let Some((value, ty)) = rest.split_once("' to value of ")
+    {
+        let pg = pg_type_name(ty.trim_end_matches(" type"));
+        return format!("invalid input syntax for type {pg}: \"{value}\"");
+    }
+    m.to_string()
+}
+
+/// DataFusion prefixes messages with "Error during planning: " and the like.
+fn strip_df(m: &str) -> String {
+    let m = m.trim();
+    if let Some((_, last)) = m.rsplit_once("caused by\n") {
+        return strip_df(last);
+    }
+    for p in [
+        "Error during planning: ",
+        "Execution error: ",
+        "SQL error: ",
+        "Schema error: ",
+        "External error: ",
+        "Arrow error: ",
+        "This feature is not implemented: ",
+        "Optimizer rule 'type_coercion' failed\ncaused by\n",
+    ] {
+        if let Some(rest) = m.strip_prefix(p) {
+            return strip_df(rest);
+        }
+    }
+    m.to_string()
 }
 
 #[cfg(test)]
@@ -299,5 +415,69 @@ mod tests {
         assert_eq!(e.sqlstate(), "42883");
         assert_eq!(Error::UndefinedDatabase("x".into()).sqlstate(), "3D000");
         assert_eq!(Error::UndefinedDatabase("x".into()).http_status(), 404);
+    }
+
+    /// Each row of the table decides at least one message, so none is dead, and a
+    /// message the rows do not know keeps the variant's default.
+    #[test]
+    fn every_message_rule_is_reachable() {
+        for (i, (scope, parts, code)) in MESSAGE_RULES.iter().enumerate() {
+            let m = parts.join(" ");
+            let e = match scope {
+                Scope::Plan | Scope::Any => DataFusionError::Plan(m.clone()),
+                Scope::Exec => DataFusionError::Execution(m.clone()),
+            };
+            let want = if *code == CAST {
+                cast_message_sqlstate(&m)
+            } else {
+                code
+            };
+            let first = MESSAGE_RULES
+                .iter()
+                .position(|(s, all, _)| {
+                    (s == scope || *s == Scope::Any || *scope == Scope::Any && *s == Scope::Plan)
+                        && all.iter().all(|p| m.to_ascii_lowercase().contains(p))
+                })
+                .unwrap_or(usize::MAX);
+            assert_eq!(first, i, "row {i} ({m:?}) is shadowed by row {first}");
+            assert_eq!(datafusion_sqlstate(&e), want, "row {i}: {m:?}");
+        }
+        assert_eq!(
+            datafusion_sqlstate(&DataFusionError::Plan("something new".into())),
+            "42000"
+        );
+        assert_eq!(
+            datafusion_sqlstate(&DataFusionError::Execution("something new".into())),
+            "XX000"
+        );
+    }
+
+    #[test]
+    fn casts_and_our_own_codes() {
+        let e = Error::DataFusion(DataFusionError::Execution(
+            "Error parsing timestamp from '2024-02-30' using format".into(),
+        ));
+        assert_eq!(e.sqlstate(), "22008");
+        assert_eq!(
+            e.client_message(),
+            "date/time field value out of range: \"2024-02-30\""
+        );
+        let e = Error::DataFusion(DataFusionError::Execution(
+            "Cast error: Cannot cast string 'abc' to value of Int32 type".into(),
+        ));
+        assert_eq!(e.sqlstate(), "22P02");
+        assert_eq!(
+            e.client_message(),
+            "invalid input syntax for type integer: \"abc\""
+        );
+        // Our code survives DataFusion's wrapping, whatever the message says.
+        let ours: DataFusionError =
+            Error::sql("TS102", "not a hypertable (table not found)").into();
+        let wrapped = DataFusionError::Context("planning".into(), Box::new(ours));
+        assert_eq!(Error::DataFusion(wrapped).sqlstate(), "TS102");
+        let e = Error::DataFusion(DataFusionError::Plan(
+            "table 'sundial.public.nope' not found".into(),
+        ));
+        assert_eq!(e.client_message(), "relation \"nope\" does not exist");
     }
 }

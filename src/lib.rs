@@ -6,7 +6,7 @@ pub mod catalog;
 pub mod config;
 pub mod engine;
 pub mod error;
-pub mod jobs;
+pub mod interval;
 pub mod lineproto;
 pub mod loadgen;
 pub mod metrics;

@@ -178,11 +178,11 @@ async fn run(config: Config) -> sundial::Result<()> {
         ready.push_str(&format!(" tcp={a}"));
     }
     println!("{ready}");
-    tracing::info!(pg = %listeners.pg_addr, data_dir = %engine.config.data_dir.display(), "sundial is ready");
+    tracing::info!(pg = %listeners.pg_addr, data_dir = %engine.config().data_dir.display(), "sundial is ready");
     let server = tokio::spawn(sundial::server::serve(engine.clone(), listeners));
     wait_for_signal().await;
     tracing::info!("shutting down: finishing running statements, then flushing memtables");
-    engine.shutdown.cancel();
+    engine.shutdown();
     let _ = server.await;
     engine.close().await
 }

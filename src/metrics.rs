@@ -1,12 +1,10 @@
 //! Process-wide counters for `GET /metrics` (Prometheus text format): line-protocol
 //! ingest, WAL, flushes, chunks and SQL queries. Counters are relaxed atomics,
-//! cheap enough to bump on every request.
+//! cheap enough to bump on every request; `/metrics` renders a [`Snapshot`] of them.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-use crate::engine::Engine;
 
 /// Counters not owned by the WAL or the write service.
 #[derive(Debug, Default)]
@@ -38,25 +36,46 @@ fn metric(out: &mut String, name: &str, kind: &str, help: &str, value: impl std:
     let _ = writeln!(out, "{name} {value}");
 }
 
-/// The Prometheus text exposition of every counter.
-pub fn render(engine: &Engine) -> String {
-    let m = &engine.metrics;
-    let w = &engine.writer.stats;
-    let wal = &engine.writer.wal().stats;
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let manifest = engine.catalog.snapshot();
-    let (mut tables, mut files, mut chunks, mut disk) = (0u64, 0u64, 0u64, 0u64);
-    for d in manifest.databases.values() {
-        for t in d.tables.values() {
-            tables += 1;
-            files += t.files.len() as u64;
-            disk += t.files.iter().map(|f| f.bytes).sum::<u64>();
-            let mut starts: Vec<i64> = t.files.iter().map(|f| f.chunk_start).collect();
-            starts.sort_unstable();
-            starts.dedup();
-            chunks += starts.len() as u64;
-        }
+/// Every value `/metrics` shows, read at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub lp_requests: u64,
+    pub lp_bytes: u64,
+    pub lp_rows: u64,
+    pub lp_lines_rejected: u64,
+    pub rows_written: u64,
+    pub wal_appends: u64,
+    pub wal_fsyncs: u64,
+    pub wal_bytes: u64,
+    pub flushes: u64,
+    pub flushed_bytes: u64,
+    pub flushed_files: u64,
+    pub tables: u64,
+    pub chunks: u64,
+    pub chunk_files: u64,
+    pub chunk_bytes: u64,
+    pub sql_queries: u64,
+    pub sql_errors: u64,
+    pub sql_micros: u64,
+    pub uptime_secs: u64,
+}
+
+impl Metrics {
+    /// Copies the counters this struct owns into `s`.
+    pub fn fill(&self, s: &mut Snapshot) {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        s.lp_requests = get(&self.lp_requests);
+        s.lp_bytes = get(&self.lp_bytes);
+        s.lp_rows = get(&self.lp_rows);
+        s.lp_lines_rejected = get(&self.lp_lines_rejected);
+        s.sql_queries = get(&self.sql_queries);
+        s.sql_errors = get(&self.sql_errors);
+        s.sql_micros = get(&self.sql_micros);
     }
+}
+
+/// The Prometheus text exposition of a snapshot.
+pub fn render(s: &Snapshot) -> String {
     let mut out = String::with_capacity(4096);
     let c = "counter";
     let g = "gauge";
@@ -65,119 +84,119 @@ pub fn render(engine: &Engine) -> String {
         "sundial_lp_requests_total",
         c,
         "Line-protocol write requests.",
-        get(&m.lp_requests),
+        s.lp_requests,
     );
     metric(
         &mut out,
         "sundial_lp_bytes_received_total",
         c,
         "Line-protocol bytes received (decompressed).",
-        get(&m.lp_bytes),
+        s.lp_bytes,
     );
     metric(
         &mut out,
         "sundial_lp_rows_written_total",
         c,
         "Rows written through line protocol.",
-        get(&m.lp_rows),
+        s.lp_rows,
     );
     metric(
         &mut out,
         "sundial_lp_lines_rejected_total",
         c,
         "Line-protocol lines rejected.",
-        get(&m.lp_lines_rejected),
+        s.lp_lines_rejected,
     );
     metric(
         &mut out,
         "sundial_rows_written_total",
         c,
         "Rows written by any front end.",
-        get(&w.rows_written),
+        s.rows_written,
     );
     metric(
         &mut out,
         "sundial_wal_appends_total",
         c,
         "WAL records appended.",
-        get(&wal.appends),
+        s.wal_appends,
     );
     metric(
         &mut out,
         "sundial_wal_fsyncs_total",
         c,
         "WAL fsync calls.",
-        get(&wal.fsyncs),
+        s.wal_fsyncs,
     );
     metric(
         &mut out,
         "sundial_wal_bytes_total",
         c,
         "WAL bytes written.",
-        get(&wal.bytes),
+        s.wal_bytes,
     );
     metric(
         &mut out,
         "sundial_flushes_total",
         c,
         "Memtable flushes to Parquet.",
-        get(&w.flushes),
+        s.flushes,
     );
     metric(
         &mut out,
         "sundial_flushed_bytes_total",
         c,
         "Parquet bytes written by flushes.",
-        get(&w.flushed_bytes),
+        s.flushed_bytes,
     );
     metric(
         &mut out,
         "sundial_flushed_files_total",
         c,
         "Parquet files written by flushes.",
-        get(&w.flushed_files),
+        s.flushed_files,
     );
     metric(
         &mut out,
         "sundial_tables",
         g,
         "Tables in all databases.",
-        tables,
+        s.tables,
     );
     metric(
         &mut out,
         "sundial_chunks",
         g,
         "Chunks with at least one Parquet file.",
-        chunks,
+        s.chunks,
     );
     metric(
         &mut out,
         "sundial_chunk_files",
         g,
         "Parquet files in the catalog.",
-        files,
+        s.chunk_files,
     );
     metric(
         &mut out,
         "sundial_chunk_bytes",
         g,
         "Bytes of Parquet files in the catalog.",
-        disk,
+        s.chunk_bytes,
     );
     metric(
         &mut out,
         "sundial_sql_queries_total",
         c,
         "SQL statements executed.",
-        get(&m.sql_queries),
+        s.sql_queries,
     );
     metric(
         &mut out,
         "sundial_sql_errors_total",
         c,
         "SQL statements that failed.",
-        get(&m.sql_errors),
+        s.sql_errors,
     );
     let _ = writeln!(
         out,
@@ -187,19 +206,19 @@ pub fn render(engine: &Engine) -> String {
     let _ = writeln!(
         out,
         "sundial_sql_query_duration_seconds_sum {}",
-        get(&m.sql_micros) as f64 / 1e6
+        s.sql_micros as f64 / 1e6
     );
     let _ = writeln!(
         out,
         "sundial_sql_query_duration_seconds_count {}",
-        get(&m.sql_queries)
+        s.sql_queries
     );
     metric(
         &mut out,
         "sundial_uptime_seconds",
         g,
         "Seconds since start.",
-        engine.started.elapsed().as_secs(),
+        s.uptime_secs,
     );
     out
 }

@@ -1,8 +1,10 @@
 //! The catalog: databases → tables (schema, time column, chunk interval) → chunk
 //! files with per-column statistics. Persisted as one versioned JSON manifest that
-//! is replaced atomically (write new, fsync, rename); readers see immutable snapshots.
+//! is replaced atomically (write new, fsync, rename); readers see immutable snapshots,
+//! and the typed operations of `ops` are the only way to change it.
 
 pub mod migrate;
+mod ops;
 pub mod types;
 
 use std::collections::BTreeMap;
@@ -13,6 +15,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
+pub use ops::{ColumnCheck, ColumnsWanted, FileEdit, NewTable, check_time_column};
 pub use types::{ANY_NUMERIC_SCALE, SqlType};
 
 use crate::error::{Error, Result};
@@ -229,7 +232,7 @@ impl Manifest {
     }
 
     /// Hands out a new id, unique within this data directory.
-    pub fn alloc_id(&mut self) -> u64 {
+    fn alloc_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         id
@@ -241,7 +244,7 @@ impl Manifest {
             .ok_or_else(|| Error::UndefinedDatabase(db.to_string()))
     }
 
-    pub fn database_mut(&mut self, db: &str) -> Result<&mut DatabaseDef> {
+    fn database_mut(&mut self, db: &str) -> Result<&mut DatabaseDef> {
         self.databases
             .get_mut(db)
             .ok_or_else(|| Error::UndefinedDatabase(db.to_string()))
@@ -315,8 +318,9 @@ impl Catalog {
     }
 
     /// Applies `f` to a copy of the manifest, persists it atomically and publishes it.
-    /// If `f` or the write fails nothing changes.
-    pub fn update<T>(&self, f: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
+    /// If `f` or the write fails nothing changes. Only the typed operations of
+    /// `ops` call it.
+    fn update<T>(&self, f: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
         let _guard = self.writer.lock();
         let mut next = (*self.snapshot()).clone();
         let out = f(&mut next)?;

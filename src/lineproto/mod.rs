@@ -14,7 +14,7 @@ use arrow::array::{
 };
 use arrow::datatypes::{Field, Schema};
 
-use crate::catalog::{ColumnDef, DatabaseDef, SqlType, TableDef};
+use crate::catalog::{ColumnDef, ColumnsWanted, NewTable, SqlType, TableDef};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use parser::{EscStr, FieldValue, Parser};
@@ -736,11 +736,11 @@ pub async fn write(
     body: bytes::Bytes,
     opts: &WriteOptions,
 ) -> Result<WriteOutcome> {
-    let stats = &engine.metrics;
+    let stats = &engine.metrics();
     stats
         .lp_bytes
         .fetch_add(body.len() as u64, Ordering::Relaxed);
-    let manifest = engine.catalog.snapshot();
+    let manifest = engine.catalog().snapshot();
     if !manifest.databases.contains_key(db) {
         if !opts.create_database {
             return Err(Error::UndefinedDatabase(db.to_string()));
@@ -749,7 +749,7 @@ pub async fn write(
     }
     // Converted on the request's own thread: handing it to the blocking pool cost
     // a third of the ingest rate on two cores (BENCHMARKS.md).
-    let manifest = engine.catalog.snapshot();
+    let manifest = engine.catalog().snapshot();
     let dbdef = manifest.database(db)?;
     let lookup = |name: &str| dbdef.tables.get(name).cloned();
     let conv = convert(&body, opts.precision, &lookup)?;
@@ -781,7 +781,7 @@ pub async fn write(
                 continue;
             }
         };
-        let n = engine.writer.write(&table, m.batch).await?;
+        let n = engine.write(&table, m.batch).await?;
         out.rows += n;
     }
     stats.lp_rows.fetch_add(out.rows, Ordering::Relaxed);
@@ -792,23 +792,13 @@ pub async fn write(
 }
 
 fn create_database(engine: &Engine, db: &str) -> Result<()> {
-    engine.catalog.update(|m| {
-        if !m.databases.contains_key(db) {
-            let id = m.alloc_id();
-            m.databases.insert(
-                db.to_string(),
-                DatabaseDef {
-                    id,
-                    tables: Default::default(),
-                },
-            );
-            tracing::info!(
-                database = db,
-                "created database on first line-protocol write"
-            );
-        }
-        Ok(())
-    })
+    if engine.catalog().create_database(db, true)? {
+        tracing::info!(
+            database = db,
+            "created database on first line-protocol write"
+        );
+    }
+    Ok(())
 }
 
 /// The tables for `ms`, created or widened as needed in one catalog update (none
@@ -829,87 +819,58 @@ fn ensure_tables(
             .filter_map(|m| ready(m).cloned().map(Ok))
             .collect());
     }
-    let interval = engine.config.chunk_interval_micros;
-    engine.catalog.update(|man| {
-        let mut out = Vec::with_capacity(ms.len());
-        for m in ms {
-            if let Some(t) = ready(m) {
-                out.push(Ok(t.clone()));
-                continue;
-            }
-            let id_if_new = man.next_id;
-            let d = man.database_mut(db)?;
-            let mut allocated = false;
-            let t = d.tables.entry(m.name.clone()).or_insert_with(|| {
-                allocated = true;
-                Arc::new(TableDef {
-                    id: id_if_new,
-                    name: m.name.clone(),
-                    columns: vec![ColumnDef {
-                        name: "time".into(),
-                        sql_type: SqlType::Timestamptz,
-                        nullable: false,
-                        default: None,
-                    }],
-                    time_column: Some("time".into()),
-                    chunk_interval_micros: Some(interval),
-                    files: vec![],
-                    series_key: vec![],
-                    line_protocol: true,
-                    retention: None,
-                })
-            });
-            // Check everything first so a rejected measurement changes nothing.
-            let mut problem = None;
-            let mut adding = 0;
-            for (name, kind) in &m.new_columns {
-                match t.column(name) {
-                    Some(def) if !accepts(t, def, *kind) => {
-                        let is_tag = t.series_key.contains(name);
-                        problem = Some(conflict(
-                            name,
-                            &m.name,
-                            *kind,
-                            existing_kind_name(&def.sql_type, is_tag),
-                        ));
-                    }
-                    Some(_) => {}
-                    None => adding += 1,
-                }
-            }
-            if problem.is_none() && t.columns.len() + adding > MAX_COLUMNS {
-                problem = Some(format!(
-                    "table \"{}\" would have more than {MAX_COLUMNS} columns",
-                    m.name
-                ));
-            }
-            if problem.is_none() {
-                for (name, kind) in &m.new_columns {
-                    if t.column(name).is_none() {
-                        let tm = Arc::make_mut(t);
-                        tm.columns.push(ColumnDef {
+    let interval = engine.config().chunk_interval_micros;
+    let wanted: Vec<ColumnsWanted> = ms
+        .iter()
+        .map(|m| ColumnsWanted {
+            table: NewTable {
+                name: m.name.clone(),
+                columns: vec![ColumnDef {
+                    name: "time".into(),
+                    sql_type: SqlType::Timestamptz,
+                    nullable: false,
+                    default: None,
+                }],
+                time_column: Some("time".into()),
+                chunk_interval_micros: Some(interval),
+                line_protocol: true,
+            },
+            // Tables already complete ask for nothing: they come back unchanged.
+            columns: if ready(m).is_some() {
+                vec![]
+            } else {
+                m.new_columns
+                    .iter()
+                    .map(|(name, kind)| {
+                        let def = ColumnDef {
                             name: name.clone(),
                             sql_type: kind.sql_type(),
                             nullable: true,
                             default: None,
-                        });
-                        if *kind == Kind::Tag {
-                            tm.series_key.push(name.clone());
-                        }
-                    }
-                }
-            }
-            let t = t.clone();
-            if allocated {
-                man.next_id += 1;
-            }
-            out.push(match problem {
-                None => Ok(t),
-                Some(p) => Err(p),
-            });
+                        };
+                        (def, *kind == Kind::Tag)
+                    })
+                    .collect()
+            },
+        })
+        .collect();
+    let check = |t: &TableDef, wi: usize, ci: usize, def: &ColumnDef| {
+        let m = &ms[wi];
+        let kind = m.new_columns[ci].1;
+        if accepts(t, def, kind) {
+            return None;
         }
-        Ok(out)
-    })
+        let is_tag = t.series_key.contains(&def.name);
+        Some(conflict(
+            &def.name,
+            &m.name,
+            kind,
+            existing_kind_name(&def.sql_type, is_tag),
+        ))
+    };
+    engine
+        .catalog()
+        .ensure_columns(db, &wanted, MAX_COLUMNS, &check)
 }
 
 #[cfg(test)]

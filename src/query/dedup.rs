@@ -138,7 +138,7 @@ impl ExecutionPlan for DedupExec {
                 }
             }
             let all = arrow::compute::concat_batches(&schema, &batches)?;
-            dedup_sort(&all, &keys).map_err(|e| DataFusionError::External(Box::new(e)))
+            dedup_sort(&all, &keys).map_err(DataFusionError::from)
         };
         let stream = futures::stream::once(fut);
         Ok(Box::pin(RecordBatchStreamAdapter::new(

@@ -21,7 +21,7 @@ use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::execution::object_store::ObjectStoreUrl;
+
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
@@ -33,25 +33,24 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use futures::StreamExt;
 
 use crate::catalog::{FileMeta, TableDef};
+use crate::engine::Engine;
 use crate::query::dedup::{DedupExec, in_ranges};
-use crate::query::stats_cache::{FileStats, StatsCache};
 use crate::storage;
-use crate::write::{MemBatch, WriteService};
+use crate::storage::stats_cache::FileStats;
+use crate::write::MemBatch;
 
 /// A table of the catalog as DataFusion sees it.
 #[derive(Debug)]
 pub struct HypertableProvider {
     table: Arc<TableDef>,
-    writer: Arc<WriteService>,
-    store_url: ObjectStoreUrl,
+    engine: Arc<Engine>,
     defaults: std::collections::HashMap<String, Expr>,
-    stats: Arc<StatsCache>,
 }
 
 impl HypertableProvider {
     /// A provider for `table`; it keeps the definition only (scans and inserts look up
     /// the current files and memtable), so a cached plan pins no old file list.
-    pub fn new(table: &TableDef, engine: &crate::Engine) -> Self {
+    pub fn new(table: &TableDef, engine: &Arc<Engine>) -> Self {
         let table = Arc::new(table.without_files());
         let defaults = table
             .columns
@@ -65,10 +64,8 @@ impl HypertableProvider {
             .collect();
         HypertableProvider {
             table,
-            writer: engine.writer.clone(),
-            store_url: engine.store_url.clone(),
+            engine: engine.clone(),
             defaults,
-            stats: engine.file_stats.clone(),
         }
     }
 }
@@ -102,7 +99,7 @@ impl HypertableProvider {
             .iter()
             .map(|b| storage::adapt_batch(&b.batch, schema))
             .collect::<crate::Result<Vec<_>>>()
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            .map_err(DataFusionError::from)?;
         if !mem_batches.is_empty() || inputs.is_empty() {
             let mut m =
                 MemorySourceConfig::try_new(&[mem_batches], schema.clone(), projection.cloned())?;
@@ -132,7 +129,7 @@ impl HypertableProvider {
         }
         let runtime = state.runtime_env();
         let reader = CachedParquetFileReaderFactory::new(
-            runtime.object_store(&self.store_url)?,
+            runtime.object_store(self.engine.store_url())?,
             runtime.cache_manager.get_file_metadata_cache(),
         );
         // The page index only serves the predicate.
@@ -147,9 +144,10 @@ impl HypertableProvider {
             let n = groups.len();
             groups[i % n].push(PartitionedFile::new(f.path.clone(), f.bytes));
         }
-        let mut builder = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
-            .with_projection_indices(projection.cloned())?
-            .with_limit(limit);
+        let mut builder =
+            FileScanConfigBuilder::new(self.engine.store_url().clone(), Arc::new(source))
+                .with_projection_indices(projection.cloned())?
+                .with_limit(limit);
         for g in groups {
             builder = builder.with_file_group(g.into());
         }
@@ -203,7 +201,7 @@ impl HypertableProvider {
             .filter(|b| touches(b.min_time, b.max_time))
             .map(|b| storage::adapt_batch(&b.batch, schema))
             .collect::<crate::Result<Vec<_>>>()
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            .map_err(DataFusionError::from)?;
         if !mem_dirty.is_empty() {
             let m = MemorySourceConfig::try_new(&[mem_dirty], schema.clone(), None)?;
             let scan = DataSourceExec::from_data_source(m);
@@ -503,9 +501,10 @@ impl TableProvider for HypertableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let view = self.writer.view(self.table.id).ok_or_else(|| {
-            DataFusionError::Plan(format!("table '{}' not found", self.table.name))
-        })?;
+        let view = self
+            .engine
+            .view(self.table.id)
+            .ok_or_else(|| crate::Error::UndefinedTable(self.table.name.clone()))?;
         let table = view.table;
         let schema = table.schema();
         let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
@@ -541,7 +540,7 @@ impl TableProvider for HypertableProvider {
         });
 
         // Files.
-        let table_stats = self.stats.for_table(&table);
+        let table_stats = self.engine.file_stats().for_table(&table);
         let keep_files = prune(pruning.as_deref(), &table_stats);
         // Memtable chunks: only the time range of the chunk is known.
         let mem_meta: Vec<FileMeta> = view
@@ -700,13 +699,11 @@ impl TableProvider for HypertableProvider {
         insert_op: InsertOp,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         if insert_op != InsertOp::Append {
-            return Err(DataFusionError::NotImplemented(format!(
-                "{insert_op} is not supported"
-            )));
+            return Err(crate::Error::NotSupported(format!("{insert_op} is not supported")).into());
         }
         let sink = TableSink {
             table: self.table.clone(),
-            writer: self.writer.clone(),
+            engine: self.engine.clone(),
             schema: self.table.schema(),
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
@@ -769,7 +766,7 @@ fn micros_to_string(micros: i64, dt: &arrow::datatypes::DataType) -> Option<Stri
 #[derive(Debug)]
 struct TableSink {
     table: Arc<TableDef>,
-    writer: Arc<WriteService>,
+    engine: Arc<Engine>,
     schema: SchemaRef,
 }
 
@@ -792,12 +789,10 @@ impl DataSink for TableSink {
     ) -> DfResult<u64> {
         // Use the newest definition: ALTER TABLE may have run since planning.
         let table = self
-            .writer
+            .engine
             .view(self.table.id)
             .map(|v| v.table)
-            .ok_or_else(|| {
-                DataFusionError::Plan(format!("table '{}' not found", self.table.name))
-            })?;
+            .ok_or_else(|| crate::Error::UndefinedTable(self.table.name.clone()))?;
         // Gather the statement's rows and write them as one record: all or nothing.
         let mut batches = vec![];
         while let Some(b) = data.next().await {
@@ -808,10 +803,10 @@ impl DataSink for TableSink {
         }
         let schema = batches[0].schema();
         let batch = arrow::compute::concat_batches(&schema, &batches)?;
-        self.writer
+        self.engine
             .write(&table, batch)
             .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))
+            .map_err(DataFusionError::from)
     }
 }
 

@@ -22,7 +22,6 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::catalog::TableDef;
 use crate::engine::Engine;
-use crate::sql::chunks::chunk_starts;
 
 pub const INFO_SCHEMA: &str = "timescaledb_information";
 pub const CHUNK_FILES: &str = "sundial_chunk_files";
@@ -169,7 +168,7 @@ pub fn chunk_files(engine: Arc<Engine>, db: String) -> Arc<dyn TableProvider> {
 
 fn tables_of(engine: &Engine, db: &str) -> Vec<Arc<TableDef>> {
     engine
-        .catalog
+        .catalog()
         .snapshot()
         .database(db)
         .map(|d| d.tables.values().cloned().collect())
@@ -244,7 +243,7 @@ fn hypertables(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
             Arc::new(Int16Array::from(vec![1i16; n])),
             Arc::new(Int64Array::from(
                 hts.iter()
-                    .map(|t| chunk_starts(engine, t).len() as i64)
+                    .map(|t| engine.chunk_starts(t).len() as i64)
                     .collect::<Vec<_>>(),
             )),
             Arc::new(BooleanArray::from(vec![false; n])),
@@ -362,7 +361,7 @@ fn jobs(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
             )),
             ts_array(
                 ids.iter()
-                    .map(|id| engine.jobs.get(*id).next_start)
+                    .map(|id| engine.jobs().get(*id).next_start)
                     .collect(),
             ),
             ts_array(vec![None; n]),
@@ -395,9 +394,9 @@ fn job_stats_schema() -> Schema {
 fn job_stats(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
     let js = retention_jobs(engine, db);
     let n = js.len();
-    let st: Vec<crate::jobs::JobState> = js
+    let st: Vec<crate::engine::JobState> = js
         .iter()
-        .map(|(t, _)| engine.jobs.get(t.retention_job_id()))
+        .map(|(t, _)| engine.jobs().get(t.retention_job_id()))
         .collect();
     batch(
         job_stats_schema(),
@@ -459,7 +458,7 @@ fn chunks(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
     {
         let tc = t.time_column.clone().unwrap_or_default();
         let ty = time_type(&t);
-        for start in chunk_starts(engine, &t) {
+        for start in engine.chunk_starts(&t) {
             ht.push(t.name.clone());
             cn.push(t.chunk_name(start));
             pd.push(tc.clone());

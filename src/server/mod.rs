@@ -34,21 +34,21 @@ async fn bind_one(addr: SocketAddr, what: &str) -> Result<(TcpListener, SocketAd
 
 /// Binds the configured ports; a port in use is a clear error.
 pub async fn bind(engine: &Engine) -> Result<Listeners> {
-    let addr = engine.config.pg_addr;
+    let addr = engine.config().pg_addr;
     let pg = TcpListener::bind(addr)
         .await
         .map_err(|e| Error::io(format!("cannot listen for Postgres clients on {addr}"), e))?;
     let pg_addr = pg
         .local_addr()
         .map_err(|e| Error::io("cannot read the bound address", e))?;
-    let (http, http_addr) = match engine.config.http_addr {
+    let (http, http_addr) = match engine.config().http_addr {
         Some(a) => {
             let (l, a) = bind_one(a, "line protocol over HTTP").await?;
             (Some(l), Some(a))
         }
         None => (None, None),
     };
-    let (tcp, tcp_addr) = match engine.config.tcp_addr {
+    let (tcp, tcp_addr) = match engine.config().tcp_addr {
         Some(a) => {
             let (l, a) = bind_one(a, "line protocol over TCP").await?;
             (Some(l), Some(a))

@@ -3,27 +3,18 @@
 //! size and row-count functions, `DELETE` (whole files dropped by their
 //! statistics, others rewritten without the deleted rows) and `TRUNCATE`.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
-use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray};
+use arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use bytes::Bytes;
 use datafusion::common::{DFSchema, ScalarValue};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::{self, Expr, FunctionArg};
-use object_store::{ObjectStoreExt, PutPayload};
-use parquet::arrow::ArrowWriter;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::{Output, Session};
 use crate::catalog::{FileMeta, Retention, TableDef};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::storage::compact::delete_later;
-use crate::storage::{FLUSH_ZSTD_LEVEL, StatsAccumulator, adapt_batch, file_path, writer_props};
 
 /// Management functions this module answers as `SELECT f(...)`.
 pub const FUNCTIONS: [&str; 8] = [
@@ -99,7 +90,7 @@ struct Args {
 
 impl Args {
     fn new(func: &str, args: &[FunctionArg], names: &[&str]) -> Result<Args> {
-        let (pos, named) = super::ddl::split_args(args);
+        let (pos, named) = super::args::split_args(args);
         if pos.len() > names.len() {
             return Err(signature_error(func));
         }
@@ -179,7 +170,7 @@ pub async fn call(s: &Session, name: &str, args: &[FunctionArg]) -> Result<Outpu
             let newer = time_bound(s, a.get(2)).await?;
             check_range(older, newer)?;
             if name == "show_chunks" {
-                let starts = select_chunks(&s.engine, &table, older, newer);
+                let starts = s.engine.select_chunks(&table, older, newer);
                 let names = starts.iter().map(|c| qualified(&table, *c)).collect();
                 return text_column("show_chunks", names);
             }
@@ -189,8 +180,14 @@ pub async fn call(s: &Session, name: &str, args: &[FunctionArg]) -> Result<Outpu
                     "invalid time range for dropping chunks. Hint: At least one of older_than and newer_than must be provided.",
                 ));
             }
-            let dropped = drop_chunks(&s.engine, &s.db, &table.name, older, newer).await?;
-            text_column("drop_chunks", dropped)
+            let (t, dropped) = s
+                .engine
+                .drop_chunks(&s.db, &table.name, older, newer)
+                .await?;
+            text_column(
+                "drop_chunks",
+                dropped.iter().map(|c| qualified(&t, *c)).collect(),
+            )
         }
         "add_retention_policy" => add_retention_policy(s, args).await,
         "remove_retention_policy" => {
@@ -198,27 +195,11 @@ pub async fn call(s: &Session, name: &str, args: &[FunctionArg]) -> Result<Outpu
             let table = relation(s, name, a.get(0))?;
             let if_exists = a
                 .get(1)
-                .and_then(super::ddl::literal_text)
-                .is_some_and(|v| super::ddl::truthy(&v));
-            let db = s.db.clone();
-            s.engine.catalog.update(|m| {
-                let t = m
-                    .database_mut(&db)?
-                    .tables
-                    .get_mut(&table.name)
-                    .ok_or_else(|| Error::UndefinedTable(table.name.clone()))?;
-                if t.retention.is_none() && !if_exists {
-                    return Err(Error::sql(
-                        "42704",
-                        format!(
-                            "retention policy not found for hypertable \"{}\"",
-                            table.name
-                        ),
-                    ));
-                }
-                Arc::make_mut(t).retention = None;
-                Ok(())
-            })?;
+                .and_then(super::args::literal_text)
+                .is_some_and(|v| super::args::truthy(&v));
+            s.engine
+                .catalog()
+                .remove_retention(&s.db, &table.name, if_exists)?;
             text_column("remove_retention_policy", vec![String::new()])
         }
         "hypertable_size" => {
@@ -255,7 +236,6 @@ pub fn table_bytes(t: &TableDef) -> i64 {
 pub fn row_count(engine: &Engine, t: &TableDef) -> i64 {
     let files: i64 = t.files.iter().map(|f| f.rows as i64).sum();
     let mem: i64 = engine
-        .writer
         .view(t.id)
         .map(|v| {
             v.mem
@@ -275,8 +255,8 @@ fn qualified(t: &TableDef, start: i64) -> String {
 /// The hypertable named by the first argument.
 fn relation(s: &Session, func: &str, e: Option<&Expr>) -> Result<Arc<TableDef>> {
     let e = e.ok_or_else(|| signature_error(func))?;
-    let name = super::ddl::regclass_name(e)?;
-    let m = s.engine.catalog.snapshot();
+    let name = super::args::regclass_name(e)?;
+    let m = s.engine.catalog().snapshot();
     let t = m.table(&s.db, &name)?.clone();
     if !t.is_hypertable() {
         return Err(Error::sql(
@@ -285,20 +265,6 @@ fn relation(s: &Session, func: &str, e: Option<&Expr>) -> Result<Arc<TableDef>> 
         ));
     }
     Ok(t)
-}
-
-/// Chunk starts of a table: with files or only in memory.
-pub fn chunk_starts(engine: &Engine, t: &TableDef) -> BTreeSet<i64> {
-    let mut s: BTreeSet<i64> = t.files.iter().map(|f| f.chunk_start).collect();
-    if let Some(v) = engine.writer.view(t.id) {
-        s.extend(
-            v.mem
-                .iter()
-                .filter(|(_, b)| b.iter().any(|b| b.batch.num_rows() > 0))
-                .map(|(c, _)| *c),
-        );
-    }
-    s
 }
 
 /// TimescaleDB rejects `older_than <= newer_than` (an empty or inverted range).
@@ -310,22 +276,6 @@ fn check_range(older: Option<i64>, newer: Option<i64>) -> Result<()> {
         )),
         _ => Ok(()),
     }
-}
-
-/// Chunks entirely before `older` (end ≤ older) and entirely after `newer`
-/// (start ≥ newer), TimescaleDB's rule.
-fn select_chunks(
-    engine: &Engine,
-    t: &TableDef,
-    older: Option<i64>,
-    newer: Option<i64>,
-) -> Vec<i64> {
-    chunk_starts(engine, t)
-        .into_iter()
-        .filter(|start| {
-            older.is_none_or(|o| t.chunk_end(*start) <= o) && newer.is_none_or(|n| *start >= n)
-        })
-        .collect()
 }
 
 /// An `older_than` / `newer_than` / `drop_after` argument as a point in time (µs):
@@ -348,11 +298,11 @@ fn bound_of(v: ScalarValue) -> Result<Option<i64>> {
     let tstz = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into()));
     match v {
         ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)) => {
-            if let Ok(micros) = super::ddl::parse_chunk_interval(&t) {
+            if let Ok(micros) = super::args::parse_chunk_interval(&t) {
                 return Ok(Some(now_micros() - micros));
             }
             let mut text = t.clone();
-            super::interval::complete_seconds(&mut text);
+            crate::interval::complete_seconds(&mut text);
             match ScalarValue::Utf8(Some(text)).cast_to(&tstz) {
                 Ok(ScalarValue::TimestampMicrosecond(Some(v), _)) => Ok(Some(v)),
                 _ => Err(Error::sql(
@@ -407,44 +357,6 @@ fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }
 
-/// Drops whole chunks of `table` (all its files) between the bounds; memtables are
-/// flushed first so the WAL cannot bring the rows back. Returns the chunk names.
-pub async fn drop_chunks(
-    engine: &Engine,
-    db: &str,
-    table: &str,
-    older: Option<i64>,
-    newer: Option<i64>,
-) -> Result<Vec<String>> {
-    engine.writer.flush_all().await?;
-    let m = engine.catalog.snapshot();
-    let t = m.table(db, table)?.clone();
-    let starts: BTreeSet<i64> = select_chunks(engine, &t, older, newer)
-        .into_iter()
-        .collect();
-    let files: Vec<&FileMeta> = t
-        .files
-        .iter()
-        .filter(|f| starts.contains(&f.chunk_start))
-        .collect();
-    if !files.is_empty() {
-        engine
-            .writer
-            .edit_files(t.id, files.iter().map(|f| (f.id, None)).collect())?;
-        delete_later(
-            engine.store.clone(),
-            files.iter().map(|f| f.path.clone()).collect(),
-        );
-    }
-    tracing::info!(
-        table,
-        chunks = starts.len(),
-        files = files.len(),
-        "dropped chunks"
-    );
-    Ok(starts.iter().map(|c| qualified(&t, *c)).collect())
-}
-
 async fn add_retention_policy(s: &Session, args: &[FunctionArg]) -> Result<Output> {
     let name = "add_retention_policy";
     let a = Args::new(
@@ -478,20 +390,20 @@ async fn add_retention_policy(s: &Session, args: &[FunctionArg]) -> Result<Outpu
         ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t))
             if t.trim().contains(|c: char| c.is_ascii_alphabetic()) =>
         {
-            super::ddl::parse_chunk_interval(&t).map_err(|_| bad_drop_after())?
+            super::args::parse_chunk_interval(&t).map_err(|_| bad_drop_after())?
         }
         _ => return Err(bad_drop_after()),
     };
     let if_not_exists = a
         .get(2)
-        .and_then(super::ddl::literal_text)
-        .is_some_and(|v| super::ddl::truthy(&v));
+        .and_then(super::args::literal_text)
+        .is_some_and(|v| super::args::truthy(&v));
     let schedule = match a.get(3) {
         Some(e) => match interval_micros(&s.scalar(e).await?) {
             Some(m) => m?,
-            None => {
-                super::ddl::parse_chunk_interval(&super::ddl::literal_text(e).unwrap_or_default())?
-            }
+            None => super::args::parse_chunk_interval(
+                &super::args::literal_text(e).unwrap_or_default(),
+            )?,
         },
         None => DEFAULT_SCHEDULE,
     };
@@ -501,67 +413,17 @@ async fn add_retention_policy(s: &Session, args: &[FunctionArg]) -> Result<Outpu
     let policy = Retention {
         drop_after_micros,
         schedule_interval_micros: schedule,
-        drop_after_text: super::ddl::literal_text(drop_after)
+        drop_after_text: super::args::literal_text(drop_after)
             .unwrap_or_else(|| drop_after.to_string()),
     };
-    let db = s.db.clone();
-    let job = s.engine.catalog.update(|m| {
-        let t = m
-            .database_mut(&db)?
-            .tables
-            .get_mut(&table.name)
-            .ok_or_else(|| Error::UndefinedTable(table.name.clone()))?;
-        if let Some(old) = &t.retention {
-            if if_not_exists {
-                // TimescaleDB: a NOTICE and -1.
-                tracing::info!(table = %t.name, same = old.drop_after_micros == policy.drop_after_micros,
-                    "retention policy already exists, skipping");
-                return Ok(-1);
-            }
-            return Err(Error::sql(
-                "42710",
-                format!(
-                    "retention policy already exists for hypertable \"{}\"",
-                    t.name
-                ),
-            ));
-        }
-        Arc::make_mut(t).retention = Some(policy.clone());
-        Ok(t.retention_job_id())
-    })?;
+    let job = s
+        .engine
+        .catalog()
+        .set_retention(&s.db, &table.name, policy, if_not_exists)?;
     if job > 0 {
-        s.engine.jobs.schedule_now(job);
+        s.engine.jobs().schedule_now(job);
     }
     int_column("add_retention_policy", Some(job))
-}
-
-/// Runs due retention jobs until shutdown: each policy runs once when added (or at
-/// start-up) and then every `schedule_interval`.
-pub async fn run_jobs(engine: Arc<Engine>) {
-    loop {
-        tokio::select! {
-            _ = engine.shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {},
-        }
-        let m = engine.catalog.snapshot();
-        for (db, d) in &m.databases {
-            for t in d.tables.values() {
-                let Some(r) = &t.retention else { continue };
-                let job = t.retention_job_id();
-                if !engine.jobs.due(job, r.schedule_interval_micros) {
-                    continue;
-                }
-                let older = now_micros() - r.drop_after_micros;
-                match drop_chunks(&engine, db, &t.name, Some(older), None).await {
-                    Ok(dropped) => engine.jobs.finished(job, true, dropped.len()),
-                    Err(e) => {
-                        tracing::error!(job, table = %t.name, error = %e, "retention job failed");
-                        engine.jobs.finished(job, false, 0);
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// `CALL run_job(job_id)`: runs a retention job now, in this session.
@@ -573,10 +435,10 @@ pub async fn run_job(s: &Session, f: &ast::Function) -> Result<Output> {
     let a = Args::new("run_job", &args, &["job_id"])?;
     let id: i64 = a
         .get(0)
-        .and_then(super::ddl::literal_text)
+        .and_then(super::args::literal_text)
         .and_then(|t| t.parse().ok())
         .ok_or_else(|| Error::sql("42883", "run_job(job_id integer)"))?;
-    let m = s.engine.catalog.snapshot();
+    let m = s.engine.catalog().snapshot();
     let found = m.databases.iter().find_map(|(db, d)| {
         d.tables
             .values()
@@ -591,13 +453,8 @@ pub async fn run_job(s: &Session, f: &ast::Function) -> Result<Output> {
         schedule_interval_micros: DEFAULT_SCHEDULE,
         drop_after_text: String::new(),
     });
-    s.engine.jobs.started(id);
-    let older = now_micros().saturating_sub(r.drop_after_micros);
-    let res = drop_chunks(&s.engine, &db, &t.name, Some(older), None).await;
-    s.engine
-        .jobs
-        .finished(id, res.is_ok(), res.as_ref().map(|d| d.len()).unwrap_or(0));
-    res?;
+    s.engine.jobs().started(id);
+    s.engine.run_retention(&db, &t, &r).await?;
     Ok(Output::Command("CALL".into()))
 }
 
@@ -621,12 +478,12 @@ pub async fn delete(s: &Session, del: &ast::Delete) -> Result<Output> {
     if !twj.joins.is_empty() {
         return Err(Error::NotSupported("DELETE with joins".into()));
     }
-    let table_name = super::ddl::table_name(name)?;
-    s.engine.writer.flush_all().await?;
-    let m = s.engine.catalog.snapshot();
+    let table_name = super::args::table_name(name)?;
+    s.engine.flush().await?;
+    let m = s.engine.catalog().snapshot();
     let t = m.table(&s.db, &table_name)?.clone();
     let Some(selection) = &del.selection else {
-        let n = truncate_table(&s.engine, &t)?;
+        let n = s.engine.truncate(&t)?;
         return Ok(Output::Command(format!("DELETE {n}")));
     };
     let schema = t.schema();
@@ -636,122 +493,24 @@ pub async fn delete(s: &Session, del: &ast::Delete) -> Result<Output> {
     let pred = state.create_physical_expr(logical.clone(), &df_schema)?;
     let may_match = crate::query::provider::files_may_match(&schema, pred.clone(), &t.files);
     let all_match = crate::query::provider::files_all_match(&state, &schema, &logical, &t.files)?;
-    let mut edits: Vec<(u64, Option<FileMeta>)> = vec![];
-    let mut old_paths = vec![];
-    let mut deleted = 0u64;
-    for (i, f) in t.files.iter().enumerate() {
-        if !may_match[i] {
-            continue;
-        }
-        if all_match[i] {
-            deleted += f.rows;
-            edits.push((f.id, None));
-            old_paths.push(f.path.clone());
-            continue;
-        }
-        let (replacement, n) = rewrite_without(&s.engine, &s.db, &t, f, &pred).await?;
-        if n == 0 {
-            if let Some(r) = replacement {
-                let _ = s
-                    .engine
-                    .store
-                    .delete(&object_store::path::Path::from(r.path.as_str()))
-                    .await;
-            }
-            continue;
-        }
-        deleted += n;
-        edits.push((f.id, replacement));
-        old_paths.push(f.path.clone());
-    }
-    if !edits.is_empty() {
-        s.engine.writer.edit_files(t.id, edits)?;
-        delete_later(s.engine.store.clone(), old_paths);
-    }
+    let files: Vec<(&FileMeta, bool)> = t
+        .files
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| may_match[*i])
+        .map(|(i, f)| (f, all_match[i]))
+        .collect();
+    let deleted = s.engine.delete_rows(&s.db, &t, &files, &pred).await?;
     Ok(Output::Command(format!("DELETE {deleted}")))
-}
-
-/// Writes `f` again without the rows where `pred` is true. Returns the new file
-/// (None when no row is left) and how many rows were removed.
-async fn rewrite_without(
-    engine: &Engine,
-    db: &str,
-    t: &TableDef,
-    f: &FileMeta,
-    pred: &Arc<dyn PhysicalExpr>,
-) -> Result<(Option<FileMeta>, u64)> {
-    let path = object_store::path::Path::from(f.path.as_str());
-    let data: Bytes = engine.store.get(&path).await?.bytes().await?;
-    let schema = t.schema();
-    let reader = ParquetRecordBatchReaderBuilder::try_new(data)?.build()?;
-    let mut buf = Vec::new();
-    let mut writer = ArrowWriter::try_new(
-        &mut buf,
-        schema.clone(),
-        Some(writer_props(t, FLUSH_ZSTD_LEVEL, f.rows)),
-    )?;
-    let mut stats = StatsAccumulator::new(schema.clone())?;
-    let (mut kept, mut removed) = (0u64, 0u64);
-    for batch in reader {
-        let batch = adapt_batch(&batch?, &schema)?;
-        let n = batch.num_rows();
-        let hit = pred.evaluate(&batch)?.into_array(n)?;
-        let hit = hit.as_boolean();
-        let keep: BooleanArray = (0..n)
-            .map(|i| Some(!(hit.is_valid(i) && hit.value(i))))
-            .collect();
-        let out = arrow::compute::filter_record_batch(&batch, &keep)?;
-        removed += (n - out.num_rows()) as u64;
-        if out.num_rows() > 0 {
-            kept += out.num_rows() as u64;
-            stats.update(&out)?;
-            writer.write(&out)?;
-        }
-    }
-    writer.close()?;
-    if removed == 0 || kept == 0 {
-        return Ok((None, removed));
-    }
-    let id = engine.catalog.update(|m| Ok(m.alloc_id()))?;
-    let new_path = file_path(db, t.id, f.chunk_start, id);
-    let bytes = buf.len() as u64;
-    engine.store.put(&new_path, PutPayload::from(buf)).await?;
-    Ok((
-        Some(FileMeta {
-            id,
-            chunk_start: f.chunk_start,
-            chunk_end: f.chunk_end,
-            path: new_path.to_string(),
-            rows: kept,
-            bytes,
-            stats: stats.finish()?,
-        }),
-        removed,
-    ))
-}
-
-/// Removes every file of `t` (memtables must have been flushed). Returns the rows.
-fn truncate_table(engine: &Engine, t: &TableDef) -> Result<u64> {
-    let rows = t.files.iter().map(|f| f.rows).sum();
-    if !t.files.is_empty() {
-        engine
-            .writer
-            .edit_files(t.id, t.files.iter().map(|f| (f.id, None)).collect())?;
-        delete_later(
-            engine.store.clone(),
-            t.files.iter().map(|f| f.path.clone()).collect(),
-        );
-    }
-    Ok(rows)
 }
 
 /// `TRUNCATE [TABLE] t [, ...]`.
 pub async fn truncate(s: &Session, names: &[ast::ObjectName]) -> Result<Output> {
-    s.engine.writer.flush_all().await?;
+    s.engine.flush().await?;
     for n in names {
-        let name = super::ddl::table_name(n)?;
-        let t = s.engine.catalog.snapshot().table(&s.db, &name)?.clone();
-        truncate_table(&s.engine, &t)?;
+        let name = super::args::table_name(n)?;
+        let t = s.engine.catalog().snapshot().table(&s.db, &name)?.clone();
+        s.engine.truncate(&t)?;
     }
     Ok(Output::Command("TRUNCATE TABLE".into()))
 }
@@ -774,10 +533,6 @@ fn const_value(e: &datafusion::logical_expr::Expr) -> datafusion::error::Result<
     ScalarValue::try_from_array(&arr, 0)
 }
 
-fn df_err(e: Error) -> datafusion::error::DataFusionError {
-    datafusion::error::DataFusionError::External(Box::new(e))
-}
-
 /// Table functions and scalar functions over the catalog, usable anywhere in a
 /// query: `SELECT * FROM show_chunks('t')`, `pg_size_pretty(hypertable_size('t'))`.
 #[derive(Debug)]
@@ -794,14 +549,21 @@ impl ChunkFn {
     ) -> datafusion::error::Result<Arc<TableDef>> {
         let name = match e.map(const_value).transpose()? {
             Some(ScalarValue::Utf8(Some(n))) | Some(ScalarValue::Utf8View(Some(n))) => n,
-            _ => return Err(df_err(signature_error(self.name))),
+            _ => {
+                return Err(datafusion::error::DataFusionError::from(signature_error(
+                    self.name,
+                )));
+            }
         };
-        let name = super::ddl::regclass_name(&Expr::value(ast::Value::SingleQuotedString(name)))
-            .map_err(df_err)?;
-        let m = self.engine.catalog.snapshot();
-        let t = m.table(&self.db, &name).map_err(df_err)?.clone();
+        let name = super::args::regclass_name(&Expr::value(ast::Value::SingleQuotedString(name)))
+            .map_err(datafusion::error::DataFusionError::from)?;
+        let m = self.engine.catalog().snapshot();
+        let t = m
+            .table(&self.db, &name)
+            .map_err(datafusion::error::DataFusionError::from)?
+            .clone();
         if !t.is_hypertable() {
-            return Err(df_err(Error::sql(
+            return Err(datafusion::error::DataFusionError::from(Error::sql(
                 "TS102",
                 format!("table \"{name}\" is not a hypertable"),
             )));
@@ -819,7 +581,9 @@ impl datafusion::catalog::TableFunctionImpl for ChunkFn {
         let t = self.table(exprs.first())?;
         let bound = |i: usize| -> datafusion::error::Result<Option<i64>> {
             match exprs.get(i) {
-                Some(e) => bound_of(const_value(e)?).map_err(df_err),
+                Some(e) => {
+                    bound_of(const_value(e)?).map_err(datafusion::error::DataFusionError::from)
+                }
                 None => Ok(None),
             }
         };
@@ -827,8 +591,8 @@ impl datafusion::catalog::TableFunctionImpl for ChunkFn {
         let columns: Vec<Arc<dyn Array>> = match self.name {
             "show_chunks" => {
                 let (older, newer) = (bound(1)?, bound(2)?);
-                check_range(older, newer).map_err(df_err)?;
-                let starts = select_chunks(&self.engine, &t, older, newer);
+                check_range(older, newer).map_err(datafusion::error::DataFusionError::from)?;
+                let starts = self.engine.select_chunks(&t, older, newer);
                 vec![Arc::new(StringArray::from(
                     starts.iter().map(|c| qualified(&t, *c)).collect::<Vec<_>>(),
                 ))]
@@ -873,7 +637,8 @@ fn chunk_size_columns(engine: &Engine, t: &TableDef) -> Vec<Arc<dyn Array>> {
 
 /// Chunk names and their file bytes.
 fn chunk_sizes(engine: &Engine, t: &TableDef) -> (Vec<String>, Vec<i64>) {
-    chunk_starts(engine, t)
+    engine
+        .chunk_starts(t)
         .into_iter()
         .map(|start| {
             (

@@ -157,8 +157,8 @@ pub async fn start(s: &Session, stmt: &Statement) -> Result<Output> {
             else {
                 return Err(Error::sql("42601", "COPY FROM needs a table"));
             };
-            let name = super::ddl::table_name(table_name)?;
-            let table = s.engine.catalog.snapshot().table(&s.db, &name)?.clone();
+            let name = super::args::table_name(table_name)?;
+            let table = s.engine.catalog().snapshot().table(&s.db, &name)?.clone();
             let targets = if columns.is_empty() {
                 (0..table.columns.len()).collect()
             } else {
@@ -447,7 +447,7 @@ fn cast_column(
                         .map(|v| {
                             v.map(|v| {
                                 let mut v = v.to_string();
-                                super::interval::complete_seconds(&mut v);
+                                crate::interval::complete_seconds(&mut v);
                                 v
                             })
                         })

@@ -9,13 +9,11 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::{
     self, AlterTableOperation, ColumnOption, CreateTableOptions, Expr, FunctionArg,
-    FunctionArgExpr, FunctionArguments, ObjectType, SelectItem, SetExpr, SqlOption, Statement,
-    Value,
+    FunctionArguments, ObjectType, SelectItem, SetExpr, SqlOption, Statement,
 };
-use object_store::ObjectStoreExt;
 
-use super::{Output, Session, interval};
-use crate::catalog::{ColumnDef, DatabaseDef, SqlType, TableDef};
+use super::{Output, Session, args};
+use crate::catalog::{ColumnDef, NewTable, SqlType, check_time_column};
 use crate::error::{Error, Result};
 
 /// Management functions called as `SELECT f(...)`.
@@ -96,7 +94,7 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             db_name,
             if_not_exists,
             ..
-        } => create_database(s, &ident_name(db_name)?, *if_not_exists),
+        } => create_database(s, &args::ident_name(db_name)?, *if_not_exists),
         Statement::Drop {
             object_type: ObjectType::Database,
             if_exists,
@@ -104,7 +102,7 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             ..
         } => {
             for n in names {
-                drop_database(s, &ident_name(n)?, *if_exists).await?;
+                drop_database(s, &args::ident_name(n)?, *if_exists).await?;
             }
             Ok(Output::Command("DROP DATABASE".into()))
         }
@@ -115,7 +113,9 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             ..
         } => {
             for n in names {
-                drop_table(s, &table_name(n)?, *if_exists).await?;
+                s.engine
+                    .drop_table(&s.db, &args::table_name(n)?, *if_exists)
+                    .await?;
             }
             Ok(Output::Command("DROP TABLE".into()))
         }
@@ -134,12 +134,12 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
                 "create_hypertable" => create_hypertable(s, &args),
                 "set_chunk_time_interval" => set_chunk_time_interval(s, &args).await,
                 "sundial_flush" => {
-                    let n = s.engine.writer.flush_all().await?;
+                    let n = s.engine.flush().await?;
                     one_text_row("sundial_flush", n.to_string())
                 }
                 "sundial_compact" => {
-                    s.engine.writer.flush_all().await?;
-                    let n = crate::storage::compact::compact_all(&s.engine, false).await?;
+                    s.engine.flush().await?;
+                    let n = s.engine.compact(false).await?;
                     one_text_row("sundial_compact", n.to_string())
                 }
                 other => super::chunks::call(s, other, &args).await,
@@ -151,57 +151,8 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
     }
 }
 
-/// Last part of an object name, as PostgreSQL folds it (unquoted → lower case).
-fn ident_name(n: &ast::ObjectName) -> Result<String> {
-    let part =
-        n.0.last()
-            .ok_or_else(|| Error::Parse("empty name".into()))?;
-    let ident = part
-        .as_ident()
-        .ok_or_else(|| Error::Parse(format!("invalid name {n}")))?;
-    Ok(fold(ident))
-}
-
-fn fold(i: &ast::Ident) -> String {
-    if i.quote_style.is_some() {
-        i.value.clone()
-    } else {
-        i.value.to_ascii_lowercase()
-    }
-}
-
-/// Table name; `public.t` and `t` are the same table.
-pub(crate) fn table_name(n: &ast::ObjectName) -> Result<String> {
-    if n.0.len() > 1 {
-        let schema = n.0[n.0.len() - 2].as_ident().map(fold).unwrap_or_default();
-        if schema != "public" {
-            return Err(Error::sql(
-                "3F000",
-                format!("schema \"{schema}\" does not exist"),
-            ));
-        }
-    }
-    ident_name(n)
-}
-
 fn create_database(s: &Session, name: &str, if_not_exists: bool) -> Result<Output> {
-    s.engine.catalog.update(|m| {
-        if m.databases.contains_key(name) {
-            if if_not_exists {
-                return Ok(());
-            }
-            return Err(Error::DuplicateDatabase(name.to_string()));
-        }
-        let id = m.alloc_id();
-        m.databases.insert(
-            name.to_string(),
-            DatabaseDef {
-                id,
-                tables: Default::default(),
-            },
-        );
-        Ok(())
-    })?;
+    s.engine.catalog().create_database(name, if_not_exists)?;
     Ok(Output::Command("CREATE DATABASE".into()))
 }
 
@@ -212,46 +163,7 @@ async fn drop_database(s: &Session, name: &str, if_exists: bool) -> Result<()> {
             "cannot drop the currently open database",
         ));
     }
-    let removed = s
-        .engine
-        .catalog
-        .update(|m| match m.databases.remove(name) {
-            Some(d) => Ok(Some(d)),
-            None if if_exists => Ok(None),
-            None => Err(Error::UndefinedDatabase(name.to_string())),
-        })?;
-    if let Some(d) = removed {
-        for t in d.tables.values() {
-            s.engine.writer.forget_table(t.id);
-            delete_files(s, t).await;
-        }
-    }
-    Ok(())
-}
-
-async fn delete_files(s: &Session, t: &TableDef) {
-    for f in &t.files {
-        let path = object_store::path::Path::from(f.path.as_str());
-        if let Err(e) = s.engine.store.delete(&path).await {
-            tracing::warn!(path = %f.path, error = %e, "could not delete chunk file");
-        }
-    }
-}
-
-async fn drop_table(s: &Session, name: &str, if_exists: bool) -> Result<()> {
-    let db = s.db.clone();
-    let removed = s.engine.catalog.update(|m| {
-        let d = m.database_mut(&db)?;
-        match d.tables.remove(name) {
-            Some(t) => Ok(Some(t)),
-            None if if_exists => Ok(None),
-            None => Err(Error::UndefinedTable(name.to_string())),
-        }
-    })?;
-    if let Some(t) = removed {
-        s.engine.writer.forget_table(t.id);
-        delete_files(s, &t).await;
-    }
+    s.engine.drop_database(name, if_exists).await?;
     Ok(())
 }
 
@@ -272,7 +184,7 @@ fn column_def(c: &ast::ColumnDef) -> Result<ColumnDef> {
         }
     }
     Ok(ColumnDef {
-        name: fold(&c.name),
+        name: args::fold(&c.name),
         sql_type,
         nullable,
         default,
@@ -285,43 +197,6 @@ struct HyperOpts {
     hypertable: bool,
     partition_column: Option<String>,
     chunk_interval: Option<i64>,
-}
-
-pub(crate) fn literal_text(e: &Expr) -> Option<String> {
-    match e {
-        Expr::Value(v) => match &v.value {
-            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Some(s.clone()),
-            Value::Number(n, _) => Some(n.clone()),
-            Value::Boolean(b) => Some(b.to_string()),
-            _ => None,
-        },
-        Expr::Identifier(i) => Some(i.value.clone()),
-        Expr::Interval(iv) => literal_text(&iv.value).map(|v| match &iv.leading_field {
-            Some(f) => format!("{v} {f}"),
-            None => v,
-        }),
-        Expr::Cast { expr, .. } => literal_text(expr),
-        Expr::Nested(e) => literal_text(e),
-        _ => None,
-    }
-}
-
-pub(crate) fn truthy(s: &str) -> bool {
-    matches!(
-        s.to_ascii_lowercase().as_str(),
-        "true" | "on" | "t" | "1" | "yes"
-    )
-}
-
-pub(crate) fn parse_chunk_interval(text: &str) -> Result<i64> {
-    let micros = interval::parse_interval_micros(text).map_err(|e| Error::sql("22007", e))?;
-    if micros <= 0 {
-        return Err(Error::sql(
-            "22023",
-            "chunk interval must be greater than zero",
-        ));
-    }
-    Ok(micros)
 }
 
 fn with_options(ct: &ast::CreateTable) -> Result<HyperOpts> {
@@ -341,12 +216,12 @@ fn with_options(ct: &ast::CreateTable) -> Result<HyperOpts> {
         else {
             continue; // storage parameters such as fillfactor are ignored
         };
-        let v = literal_text(&value).unwrap_or_else(|| value.to_string());
+        let v = args::literal_text(&value).unwrap_or_else(|| value.to_string());
         match short {
-            "hypertable" => h.hypertable = truthy(&v),
+            "hypertable" => h.hypertable = args::truthy(&v),
             "partition_column" | "time_column" => h.partition_column = Some(v),
             "chunk_interval" | "chunk_time_interval" => {
-                h.chunk_interval = Some(parse_chunk_interval(&v)?)
+                h.chunk_interval = Some(args::parse_chunk_interval(&v)?)
             }
             // Accepted and ignored: Sundial always stores chunks as compressed, sorted Parquet.
             "create_default_indexes"
@@ -387,7 +262,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
             "CREATE TABLE AS is not supported; use CREATE TABLE then INSERT ... SELECT".into(),
         ));
     }
-    let name = table_name(&ct.name)?;
+    let name = args::table_name(&ct.name)?;
     let mut columns = ct
         .columns
         .iter()
@@ -413,44 +288,29 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
             .iter_mut()
             .find(|c| c.name == tc)
             .ok_or_else(|| Error::UndefinedColumn(tc.clone()))?;
-        check_time_type(col)?;
+        check_time_column(col)?;
         col.nullable = false;
         (
             Some(tc),
             Some(
                 opts.chunk_interval
-                    .unwrap_or(s.engine.config.chunk_interval_micros),
+                    .unwrap_or(s.engine.config().chunk_interval_micros),
             ),
         )
     } else {
         (None, None)
     };
-    let db = s.db.clone();
-    s.engine.catalog.update(|m| {
-        let id = m.alloc_id();
-        let d = m.database_mut(&db)?;
-        if d.tables.contains_key(&name) {
-            if ct.if_not_exists {
-                return Ok(false);
-            }
-            return Err(Error::DuplicateTable(name.clone()));
-        }
-        d.tables.insert(
-            name.clone(),
-            Arc::new(TableDef {
-                id,
-                name: name.clone(),
-                columns,
-                time_column,
-                chunk_interval_micros: interval,
-                files: vec![],
-                series_key: vec![],
-                line_protocol: false,
-                retention: None,
-            }),
-        );
-        Ok(true)
-    })?;
+    s.engine.catalog().create_table(
+        &s.db,
+        NewTable {
+            name,
+            columns,
+            time_column,
+            chunk_interval_micros: interval,
+            line_protocol: false,
+        },
+        ct.if_not_exists,
+    )?;
     Ok(Output::Command("CREATE TABLE".into()))
 }
 
@@ -461,130 +321,44 @@ fn default_time_column(columns: &[ColumnDef]) -> Option<String> {
         .map(|c| c.name.clone())
 }
 
-fn check_time_type(col: &ColumnDef) -> Result<()> {
-    if col.sql_type.is_time() {
-        Ok(())
-    } else if matches!(col.sql_type, SqlType::Int2 | SqlType::Int4 | SqlType::Int8) {
-        Err(Error::NotSupported(format!(
-            "integer time column \"{}\" is not supported yet; use timestamptz",
-            col.name
-        )))
-    } else {
-        Err(Error::sql(
-            "22023",
-            format!(
-                "invalid type for dimension \"{}\": {} is not a time type",
-                col.name,
-                col.sql_type.pg_name()
-            ),
-        ))
-    }
-}
-
 fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
-    let name = table_name(&at.name)?;
-    let db = s.db.clone();
-    let has_rows = |t: &TableDef| {
-        !t.files.is_empty()
-            || s.engine
-                .writer
-                .view(t.id)
-                .map(|v| !v.mem.is_empty())
-                .unwrap_or(false)
-    };
-    s.engine.catalog.update(|m| {
-        let d = m.database_mut(&db)?;
-        let Some(t) = d.tables.get_mut(&name) else {
-            if at.if_exists {
-                return Ok(());
-            }
-            return Err(Error::UndefinedTable(name.clone()));
-        };
-        for op in &at.operations {
-            match op {
-                AlterTableOperation::AddColumn {
-                    if_not_exists,
-                    column_def: cd,
-                    ..
-                } => {
-                    let mut c = column_def(cd)?;
-                    if t.column(&c.name).is_some() {
-                        if *if_not_exists {
-                            continue;
-                        }
-                        return Err(Error::DuplicateColumn(c.name));
-                    }
-                    if !c.nullable && has_rows(t) {
-                        return Err(Error::sql(
-                            "23502",
-                            format!(
-                                "column \"{}\" of relation \"{}\" contains null values",
-                                c.name, t.name
-                            ),
-                        ));
-                    }
-                    c.nullable = true;
-                    Arc::make_mut(t).columns.push(c);
-                }
-                other => {
-                    return Err(Error::NotSupported(format!(
-                        "ALTER TABLE {other} is not supported"
-                    )));
-                }
+    let name = args::table_name(&at.name)?;
+    match s.engine.catalog().snapshot().table(&s.db, &name) {
+        Err(_) if at.if_exists => return Ok(Output::Command("ALTER TABLE".into())),
+        Err(e) => return Err(e),
+        Ok(_) => {}
+    }
+    let mut columns = vec![];
+    for op in &at.operations {
+        match op {
+            AlterTableOperation::AddColumn {
+                if_not_exists,
+                column_def: cd,
+                ..
+            } => columns.push((column_def(cd)?, *if_not_exists)),
+            other => {
+                return Err(Error::NotSupported(format!(
+                    "ALTER TABLE {other} is not supported"
+                )));
             }
         }
-        Ok(())
-    })?;
+    }
+    let in_memory = has_rows_in_memory(s, &name);
+    s.engine
+        .catalog()
+        .add_columns(&s.db, &name, at.if_exists, columns, in_memory)?;
     Ok(Output::Command("ALTER TABLE".into()))
 }
 
-/// Splits function arguments into positional and named (`name => value`) ones.
-pub(crate) fn split_args(args: &[FunctionArg]) -> (Vec<Expr>, Vec<(String, Expr)>) {
-    let mut pos = vec![];
-    let mut named = vec![];
-    for a in args {
-        match a {
-            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => pos.push(e.clone()),
-            FunctionArg::Named {
-                name,
-                arg: FunctionArgExpr::Expr(e),
-                ..
-            } => named.push((name.value.to_ascii_lowercase(), e.clone())),
-            FunctionArg::ExprNamed {
-                name,
-                arg: FunctionArgExpr::Expr(e),
-                ..
-            } => named.push((name.to_string().to_ascii_lowercase(), e.clone())),
-            _ => {}
-        }
-    }
-    (pos, named)
-}
-
-pub(crate) fn regclass_name(e: &Expr) -> Result<String> {
-    let text = literal_text(e).ok_or_else(|| {
-        Error::sql(
-            "42883",
-            "the first argument must name a table, e.g. 'conditions'",
-        )
-    })?;
-    let last = text.rsplit('.').next().unwrap_or(&text);
-    Ok(if last.starts_with('"') {
-        last.trim_matches('"').to_string()
-    } else {
-        last.to_ascii_lowercase()
-    })
-}
-
 fn interval_arg(e: &Expr) -> Result<i64> {
-    let text = literal_text(e)
+    let text = args::literal_text(e)
         .ok_or_else(|| Error::sql("22023", format!("invalid chunk interval {e}")))?;
-    parse_chunk_interval(&text)
+    args::parse_chunk_interval(&text)
 }
 
 fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
     let hint = "create_hypertable(relation, time_column [, chunk_time_interval => interval]) or create_hypertable(relation, by_range(column [, interval]))";
-    let (pos, named) = split_args(args);
+    let (pos, named) = args::split_args(args);
     let rel = pos
         .first()
         .or_else(|| named.iter().find(|(n, _)| n == "relation").map(|(_, e)| e))
@@ -594,7 +368,7 @@ fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
                 format!("function create_hypertable() needs a relation. Hint: {hint}"),
             )
         })?;
-    let table = regclass_name(rel)?;
+    let table = args::regclass_name(rel)?;
     let mut by_range = false;
     let mut column: Option<String> = None;
     let mut interval: Option<i64> = None;
@@ -603,10 +377,10 @@ fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
         Some(Expr::Function(f)) if f.name.to_string().eq_ignore_ascii_case("by_range") => {
             by_range = true;
             let (fpos, fnamed) = match &f.args {
-                FunctionArguments::List(l) => split_args(&l.args),
+                FunctionArguments::List(l) => args::split_args(&l.args),
                 _ => (vec![], vec![]),
             };
-            column = fpos.first().and_then(literal_text);
+            column = fpos.first().and_then(args::literal_text);
             if let Some(iv) = fpos.get(1).or_else(|| {
                 fnamed
                     .iter()
@@ -621,15 +395,19 @@ fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
                 "by_hash space partitioning is not supported".into(),
             ));
         }
-        Some(e) => column = literal_text(e),
+        Some(e) => column = args::literal_text(e),
         None => {}
     }
     for (n, e) in &named {
         match n.as_str() {
             "relation" => {}
-            "time_column_name" | "column_name" => column = literal_text(e),
+            "time_column_name" | "column_name" => column = args::literal_text(e),
             "chunk_time_interval" => interval = Some(interval_arg(e)?),
-            "if_not_exists" => if_not_exists = literal_text(e).map(|v| truthy(&v)).unwrap_or(false),
+            "if_not_exists" => {
+                if_not_exists = args::literal_text(e)
+                    .map(|v| args::truthy(&v))
+                    .unwrap_or(false)
+            }
             "dimension" => {}
             "create_default_indexes"
             | "associated_schema_name"
@@ -661,42 +439,16 @@ fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
             format!("create_hypertable needs a time column. Hint: {hint}"),
         )
     })?;
-    let db = s.db.clone();
-    let default_iv = s.engine.config.chunk_interval_micros;
-    let (id, created) = s.engine.catalog.update(|m| {
-        let d = m.database_mut(&db)?;
-        let t = d
-            .tables
-            .get_mut(&table)
-            .ok_or_else(|| Error::UndefinedTable(table.clone()))?;
-        if t.is_hypertable() {
-            if if_not_exists {
-                return Ok((t.id, false));
-            }
-            return Err(Error::sql(
-                "TS110",
-                format!("table \"{table}\" is already a hypertable"),
-            ));
-        }
-        let has_rows = !t.files.is_empty()
-            || s.engine.writer.view(t.id).map(|v| !v.mem.is_empty()).unwrap_or(false);
-        if has_rows {
-            return Err(Error::NotSupported(format!(
-                "table \"{table}\" is not empty; Sundial cannot migrate existing rows into chunks (migrate_data)"
-            )));
-        }
-        let tm = Arc::make_mut(t);
-        let col = tm
-            .columns
-            .iter_mut()
-            .find(|c| c.name == column)
-            .ok_or_else(|| Error::UndefinedColumn(column.clone()))?;
-        check_time_type(col)?;
-        col.nullable = false;
-        tm.time_column = Some(column.clone());
-        tm.chunk_interval_micros = Some(interval.unwrap_or(default_iv));
-        Ok((tm.id, true))
-    })?;
+    let default_iv = s.engine.config().chunk_interval_micros;
+    let in_memory = has_rows_in_memory(s, &table);
+    let (id, created) = s.engine.catalog().make_hypertable(
+        &s.db,
+        &table,
+        &column,
+        interval.unwrap_or(default_iv),
+        if_not_exists,
+        in_memory,
+    )?;
     let flag = if created { "t" } else { "f" };
     let text = if by_range {
         format!("({id},{flag})")
@@ -707,8 +459,8 @@ fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
 }
 
 async fn set_chunk_time_interval(s: &Session, args: &[FunctionArg]) -> Result<Output> {
-    let (pos, named) = split_args(args);
-    let table = regclass_name(pos.first().ok_or_else(|| {
+    let (pos, named) = args::split_args(args);
+    let table = args::regclass_name(pos.first().ok_or_else(|| {
         Error::sql(
             "42883",
             "set_chunk_time_interval(hypertable, chunk_time_interval)",
@@ -737,27 +489,21 @@ async fn set_chunk_time_interval(s: &Session, args: &[FunctionArg]) -> Result<Ou
     }
     // Rows in memory belong to chunks of the old interval: write them out first, so
     // every existing chunk keeps its range (new chunks use the new interval).
-    s.engine.writer.flush_all().await?;
-    let db = s.db.clone();
-    s.engine.catalog.update(|m| {
-        let t = m
-            .database_mut(&db)?
-            .tables
-            .get_mut(&table)
-            .ok_or_else(|| Error::UndefinedTable(table.clone()))?;
-        if !t.is_hypertable() {
-            return Err(Error::sql(
-                "TS102",
-                format!("table \"{table}\" is not a hypertable"),
-            ));
-        }
-        let tm = Arc::make_mut(t);
-        for i in 0..tm.files.len() {
-            let end = tm.file_chunk_end(&tm.files[i]);
-            tm.files[i].chunk_end.get_or_insert(end);
-        }
-        tm.chunk_interval_micros = Some(micros);
-        Ok(())
-    })?;
+    s.engine.flush().await?;
+    s.engine
+        .catalog()
+        .set_chunk_interval(&s.db, &table, micros)?;
     one_text_row("set_chunk_time_interval", String::new())
+}
+
+/// Whether table `name` has rows not yet in files (they count as rows for the
+/// checks of ALTER TABLE and create_hypertable).
+fn has_rows_in_memory(s: &Session, name: &str) -> bool {
+    let Ok(t) = s.engine.catalog().snapshot().table(&s.db, name).cloned() else {
+        return false;
+    };
+    s.engine
+        .view(t.id)
+        .map(|v| !v.mem.is_empty())
+        .unwrap_or(false)
 }

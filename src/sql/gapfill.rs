@@ -257,7 +257,7 @@ pub fn rewrite(q: &mut ast::Query) -> Result<Option<Draft>> {
                         .iter()
                         .map(|t| Expr::value(ast::Value::SingleQuotedString(t.clone()))),
                 );
-                *e = super::pgcompat::call("time_bucket", args);
+                *e = super::pg_catalog::rewrite::call("time_bucket", args);
                 if unnamed {
                     let e = std::mem::replace(e, Expr::value(ast::Value::Null));
                     *item = SelectItem::ExprWithAlias {
@@ -530,7 +530,7 @@ fn bound_from_where(q: &ast::Query, ts: &Expr, start: bool) -> Option<Expr> {
         return None;
     };
     let mut terms = vec![];
-    super::pgcompat::split_and(sel.selection.clone()?, &mut terms);
+    super::pg_catalog::rewrite::split_and(sel.selection.clone()?, &mut terms);
     let ts_text = ts.to_string();
     for t in &terms {
         let t = match t {
@@ -578,7 +578,7 @@ async fn micros(s: &Session, e: &Expr) -> Result<i64> {
     let v = s.scalar(e).await?;
     let v = match v {
         ScalarValue::Utf8(Some(mut t)) => {
-            super::interval::complete_seconds(&mut t);
+            crate::interval::complete_seconds(&mut t);
             ScalarValue::Utf8(Some(t))
         }
         other => other,

@@ -266,25 +266,18 @@ impl Cursor<'_> {
     }
 }
 
-/// Runs a scanned INSERT through the fast path; `Ok(None)` means "use the parser".
-pub async fn try_scanned_insert(s: &Session, sql: &str) -> Result<Option<u64>> {
-    let Some(ins) = scan_insert(sql) else {
-        return Ok(None);
-    };
-    let manifest = s.engine.catalog.snapshot();
-    let Ok(table) = manifest.table(&s.db, &ins.table) else {
-        return Ok(None);
-    };
-    let Some(targets) = targets(table, &ins.columns) else {
-        return Ok(None);
-    };
+/// The rows of an INSERT the scanner read without the parser, with their table;
+/// `None` means "use the parser".
+pub fn scanned_insert(s: &Session, sql: &str) -> Option<(Arc<TableDef>, RecordBatch)> {
+    let ins = scan_insert(sql)?;
+    let manifest = s.engine.catalog().snapshot();
+    let table = manifest.table(&s.db, &ins.table).ok()?;
+    let targets = targets(table, &ins.columns)?;
     if ins.values.len() != targets.len() {
-        return Ok(None);
+        return None;
     }
-    match build_batch(table, &targets, ins.values, ins.rows, tz_is_utc(s)) {
-        Some(batch) => Ok(Some(s.engine.writer.write(table, batch).await?)),
-        None => Ok(None),
-    }
+    let batch = build_batch(table, &targets, ins.values, ins.rows, tz_is_utc(s))?;
+    Some((table.clone(), batch))
 }
 
 fn tz_is_utc(s: &Session) -> bool {
@@ -345,7 +338,7 @@ pub async fn try_fast_insert(s: &Session, ins: &Insert) -> Result<Option<u64>> {
     let Some(table_name) = table_name else {
         return Ok(None);
     };
-    let manifest = s.engine.catalog.snapshot();
+    let manifest = s.engine.catalog().snapshot();
     let Ok(table) = manifest.table(&s.db, &table_name) else {
         return Ok(None);
     };
@@ -374,7 +367,7 @@ pub async fn try_fast_insert(s: &Session, ins: &Insert) -> Result<Option<u64>> {
         }
     }
     match build_batch(table, &targets, texts, n_rows, tz_is_utc(s)) {
-        Some(batch) => Ok(Some(s.engine.writer.write(table, batch).await?)),
+        Some(batch) => Ok(Some(s.engine.write(table, batch).await?)),
         None => Ok(None),
     }
 }
@@ -416,7 +409,7 @@ fn build_batch(
             vals.into_iter()
                 .map(|v| {
                     v.map(|mut v| {
-                        super::interval::complete_seconds(&mut v);
+                        crate::interval::complete_seconds(&mut v);
                         v
                     })
                 })

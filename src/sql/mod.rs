@@ -2,15 +2,16 @@
 //! each statement to DDL, session handling, management functions or DataFusion,
 //! and return rows or a command tag.
 
+pub mod args;
 pub mod chunks;
+pub mod context;
 pub mod copy;
 pub mod ddl;
 pub mod functions;
 pub mod gapfill;
 pub mod insert;
-pub mod interval;
 pub mod names;
-pub mod pgcompat;
+pub mod pg_catalog;
 pub mod plan_cache;
 pub mod prepass;
 pub mod session;
@@ -75,6 +76,8 @@ pub enum Step {
     WholeQuery(Statement),
     /// One of the text's statements.
     Statement(Statement),
+    /// An INSERT of literal rows read by the fast scanner: the table and its rows.
+    Insert(Arc<crate::catalog::TableDef>, arrow::array::RecordBatch),
 }
 
 /// One connection's SQL state.
@@ -197,9 +200,9 @@ impl VisitorMut for Normalize {
     }
 
     fn post_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
-        pgcompat::prune_empty(q);
-        pgcompat::in_subquery_outside_filter(q);
-        pgcompat::sort_by_subquery(q);
+        pg_catalog::rewrite::prune_empty(q);
+        pg_catalog::rewrite::in_subquery_outside_filter(q);
+        pg_catalog::rewrite::sort_by_subquery(q);
         ControlFlow::Continue(())
     }
 
@@ -213,12 +216,12 @@ impl VisitorMut for Normalize {
         {
             positional(&mut targs.args, &["relation", "older_than", "newer_than"]);
         }
-        pgcompat::table_factor(tf);
+        pg_catalog::rewrite::table_factor(tf);
         ControlFlow::Continue(())
     }
 
     fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
-        pgcompat::expr(expr);
+        pg_catalog::rewrite::expr(expr);
         if let ast::Expr::Function(f) = expr {
             let name = function_name(f);
             let res = match name.as_str() {
@@ -266,7 +269,7 @@ impl VisitorMut for Normalize {
                     ast::DataType::Timestamp(..) | ast::DataType::TimestampNtz(_)
                 ) && let ast::Value::SingleQuotedString(text) = &mut ts.value.value
                 {
-                    interval::complete_seconds(text);
+                    crate::interval::complete_seconds(text);
                 }
             }
             _ => {}
@@ -298,7 +301,7 @@ fn is_rewritten(e: &ast::Expr) -> bool {
             expr,
             ..
         } => !matches!(expr.as_ref(), ast::Expr::Value(_)),
-        ast::Expr::Cast { data_type, .. } => pgcompat::is_reg_cast(data_type),
+        ast::Expr::Cast { data_type, .. } => pg_catalog::rewrite::is_reg_cast(data_type),
         ast::Expr::Subquery(_) => true,
         ast::Expr::Nested(inner) => is_rewritten(inner),
         _ => false,
@@ -535,17 +538,17 @@ fn micro(dt: &mut ast::DataType) {
 impl Session {
     /// Opens a session on database `db` (SQLSTATE 3D000 if it does not exist).
     pub fn new(engine: Arc<Engine>, db: &str, user: &str, pid: i32) -> Result<Session> {
-        engine.catalog.snapshot().database(db)?;
+        engine.catalog().snapshot().database(db)?;
         let settings = session::default_settings(db, user);
-        let cat = Arc::new(crate::query::pg_catalog::CatalogCtx {
+        let cat = Arc::new(pg_catalog::CatalogCtx {
             engine: engine.clone(),
             db: db.to_string(),
             settings: settings.clone(),
         });
-        let ctx = crate::query::new_context(&cat);
+        let ctx = context::new_context(&cat);
         functions::register(&ctx, db, pid, settings.clone());
         chunks::register(&ctx, &engine, db);
-        functions::pgmeta::register(&ctx, cat);
+        pg_catalog::functions::register(&ctx, cat);
         Ok(Session {
             engine,
             db: db.to_string(),
@@ -668,9 +671,6 @@ impl Session {
 
     /// Parses and runs every statement of a simple-protocol query string.
     pub async fn run_sql(&self, sql: &str) -> Result<Vec<Output>> {
-        if let Some(n) = insert::try_scanned_insert(self, sql).await? {
-            return Ok(vec![Output::Command(format!("INSERT 0 {n}"))]);
-        }
         let mut out = vec![];
         for step in self.steps(sql)? {
             out.push(self.run_step(sql, step).await?);
@@ -681,7 +681,10 @@ impl Session {
     /// What simple-protocol query text `sql` turns into: the plan this session kept
     /// for the same text, else its parsed statements (none for only comments).
     pub fn steps(&self, sql: &str) -> Result<Vec<Step>> {
-        if let Some(hit) = self.plans.get(sql, &self.engine.catalog, &self.db) {
+        if let Some((table, batch)) = insert::scanned_insert(self, sql) {
+            return Ok(vec![Step::Insert(table, batch)]);
+        }
+        if let Some(hit) = self.plans.get(sql, self.engine.catalog(), &self.db) {
             return Ok(vec![Step::Cached(hit)]);
         }
         let stmts = parse(sql)?;
@@ -697,6 +700,10 @@ impl Session {
             Step::Cached(entry) => self.run_optimized(&self.ctx.state(), &entry).await,
             Step::WholeQuery(stmt) => self.run_query_caching(sql, stmt).await,
             Step::Statement(stmt) => self.run_statement(stmt).await,
+            Step::Insert(table, batch) => {
+                let n = self.engine.write(&table, batch).await?;
+                Ok(Output::Command(format!("INSERT 0 {n}")))
+            }
         }
     }
 

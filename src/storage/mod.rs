@@ -21,8 +21,9 @@ use parquet::schema::types::ColumnPath;
 use crate::catalog::{ColumnStats, FileMeta, SqlType, TableDef};
 use crate::error::{Error, Result};
 
-pub mod compact;
 pub mod dedup;
+pub mod rewrite;
+pub mod stats_cache;
 
 /// Rows per Parquet row group: small enough for row-group pruning inside a file and
 /// for DataFusion to read one chunk's file on both cores.

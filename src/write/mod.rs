@@ -1,6 +1,7 @@
 //! The write path: validate a batch against its table, append it to the WAL
 //! (acknowledged once durable), make it visible in the memtable, and flush
-//! memtables to Parquet chunk files when they pass a size or age bound.
+//! memtables to Parquet chunk files (the engine's flusher calls it when they pass
+//! a size or age bound).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Cursor;
@@ -16,7 +17,7 @@ use arrow::ipc::writer::StreamWriter;
 use object_store::ObjectStore;
 use parking_lot::{Mutex, RwLock};
 
-use crate::catalog::{Catalog, FileMeta, Manifest, TableDef};
+use crate::catalog::{Catalog, FileEdit, FileMeta, TableDef};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::storage;
@@ -230,71 +231,12 @@ impl WriteService {
         })
     }
 
-    /// Swaps the files `old` of a table for `new` (a compaction result) in one catalog
-    /// step; `new` takes the place of the oldest of them, keeping arrival order.
-    pub fn replace_files(&self, table_id: u64, old: &[u64], new: FileMeta) -> Result<()> {
+    /// Removes or replaces files of a table in one catalog step (compaction,
+    /// DELETE, drop_chunks, TRUNCATE); the caller deletes the old objects once
+    /// readers are done with them.
+    pub fn edit_files(&self, table_id: u64, edits: &[FileEdit]) -> Result<()> {
         let _v = self.visibility.write();
-        self.catalog.update(|m| {
-            for d in m.databases.values_mut() {
-                for t in d.tables.values_mut() {
-                    if t.id != table_id {
-                        continue;
-                    }
-                    if !old.iter().all(|id| t.files.iter().any(|f| f.id == *id)) {
-                        return Err(Error::Catalog(
-                            "chunk files changed during compaction".into(),
-                        ));
-                    }
-                    let tm = Arc::make_mut(t);
-                    let pos = tm
-                        .files
-                        .iter()
-                        .position(|f| old.contains(&f.id))
-                        .unwrap_or(tm.files.len());
-                    tm.files.retain(|f| !old.contains(&f.id));
-                    let pos = pos.min(tm.files.len());
-                    tm.files.insert(pos, new);
-                    return Ok(());
-                }
-            }
-            Err(Error::Catalog("table dropped during compaction".into()))
-        })
-    }
-
-    /// Removes files of a table from the catalog in one step (drop_chunks, DELETE,
-    /// TRUNCATE) and replaces others (`new` = `(old id, new file or None)`); the
-    /// caller deletes the old objects once readers are done with them.
-    pub fn edit_files(&self, table_id: u64, edits: Vec<(u64, Option<FileMeta>)>) -> Result<()> {
-        let _v = self.visibility.write();
-        self.catalog.update(|m| {
-            for d in m.databases.values_mut() {
-                for t in d.tables.values_mut() {
-                    if t.id != table_id {
-                        continue;
-                    }
-                    if !edits
-                        .iter()
-                        .all(|(id, _)| t.files.iter().any(|f| f.id == *id))
-                    {
-                        return Err(Error::Catalog(
-                            "chunk files changed concurrently; retry".into(),
-                        ));
-                    }
-                    let tm = Arc::make_mut(t);
-                    let mut files = Vec::with_capacity(tm.files.len());
-                    for f in std::mem::take(&mut tm.files) {
-                        match edits.iter().find(|(id, _)| *id == f.id) {
-                            Some((_, Some(new))) => files.push(new.clone()),
-                            Some((_, None)) => {}
-                            None => files.push(f),
-                        }
-                    }
-                    tm.files = files;
-                    return Ok(());
-                }
-            }
-            Err(Error::UndefinedTable(format!("table id {table_id}")))
-        })
+        self.catalog.edit_files(table_id, edits)
     }
 
     /// Drops the memtable rows of a table (DROP TABLE).
@@ -368,11 +310,7 @@ impl WriteService {
     async fn write_frozen(&self, frozen: &HashMap<u64, ChunkBatches>, seq: u64) -> Result<usize> {
         let manifest = self.catalog.snapshot();
         let n_chunks: usize = frozen.values().map(|c| c.len()).sum();
-        let first_id = self.catalog.update(|m| {
-            let first = m.next_id;
-            m.next_id += n_chunks as u64;
-            Ok(first)
-        })?;
+        let first_id = self.catalog.alloc_ids(n_chunks as u64)?;
         let mut next_id = first_id;
         let mut new_files: Vec<(u64, FileMeta)> = vec![];
         for (table_id, chunks) in frozen {
@@ -399,11 +337,7 @@ impl WriteService {
         let count = new_files.len();
         {
             let _v = self.visibility.write();
-            self.catalog.update(|m| {
-                attach_files(m, new_files);
-                m.flushed_wal_seq = m.flushed_wal_seq.max(seq);
-                Ok(())
-            })?;
+            self.catalog.add_files(new_files, seq)?;
             self.mem.write().frozen = None;
         }
         self.stats.flushes.fetch_add(1, Ordering::Relaxed);
@@ -411,21 +345,6 @@ impl WriteService {
             .flushed_files
             .fetch_add(count as u64, Ordering::Relaxed);
         Ok(count)
-    }
-}
-
-fn attach_files(m: &mut Manifest, files: Vec<(u64, FileMeta)>) {
-    for db in m.databases.values_mut() {
-        for t in db.tables.values_mut() {
-            let mine: Vec<FileMeta> = files
-                .iter()
-                .filter(|(id, _)| *id == t.id)
-                .map(|(_, f)| f.clone())
-                .collect();
-            if !mine.is_empty() {
-                Arc::make_mut(t).files.extend(mine);
-            }
-        }
     }
 }
 
@@ -560,21 +479,4 @@ fn decode_payload(p: &[u8]) -> Result<(u64, Vec<RecordBatch>)> {
     let reader = StreamReader::try_new(Cursor::new(&p[9..]), None)?;
     let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
     Ok((table_id, batches))
-}
-
-/// Runs the background flusher until `shutdown` fires.
-pub async fn run_flusher(svc: Arc<WriteService>, shutdown: tokio_util::sync::CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = svc.notify.notified() => {},
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {},
-        }
-        if svc.should_flush()
-            && let Err(e) = svc.flush_all().await
-        {
-            tracing::error!(error = %e, "background flush failed");
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    }
 }

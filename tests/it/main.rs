@@ -6,6 +6,7 @@ mod errors;
 mod harness;
 mod influx;
 mod lastpoint;
+mod layers;
 mod migrations;
 mod pg_catalog;
 mod pg_compare;

@@ -38,7 +38,7 @@ enum Api {
 
 /// Serves the HTTP port until shutdown.
 pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
-    let shutdown = engine.shutdown.clone();
+    let shutdown = engine.stopping().clone();
     let app = Router::new()
         .route("/write", post(write_v1))
         .route("/api/v1/write", post(write_v1))
@@ -105,7 +105,7 @@ fn no_content() -> Response {
 /// (also `Token user:<t>`), `Basic` with the token as password, or `p=<t>` as 1.x
 /// clients send it.
 fn authorized(engine: &Engine, headers: &HeaderMap, q: &HashMap<String, String>) -> bool {
-    let Some(token) = &engine.config.http_auth_token else {
+    let Some(token) = &engine.config().http_auth_token else {
         return true;
     };
     if q.get("p").is_some_and(|p| p == token) {
@@ -138,7 +138,7 @@ fn authorized(engine: &Engine, headers: &HeaderMap, q: &HashMap<String, String>)
 /// The request body, gunzipped when `Content-Encoding: gzip`, within the size limit.
 #[allow(clippy::result_large_err)] // the error is the response itself
 fn decode_body(engine: &Engine, headers: &HeaderMap, body: Bytes) -> Result<Bytes, Response> {
-    let limit = engine.config.http_max_body_size;
+    let limit = engine.config().http_max_body_size;
     if body.len() as u64 > limit {
         return Err(too_large(limit));
     }
@@ -239,7 +239,7 @@ async fn handle_write(
     body: Body,
 ) -> Response {
     engine
-        .metrics
+        .metrics()
         .lp_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if !authorized(&engine, &headers, q) {
@@ -272,10 +272,10 @@ async fn handle_write(
         Ok(p) => p,
         Err(m) => return error_response(StatusCode::BAD_REQUEST, &m, None),
     };
-    let limit = usize::try_from(engine.config.http_max_body_size).unwrap_or(usize::MAX);
+    let limit = usize::try_from(engine.config().http_max_body_size).unwrap_or(usize::MAX);
     let body = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
-        Err(_) => return too_large(engine.config.http_max_body_size),
+        Err(_) => return too_large(engine.config().http_max_body_size),
     };
     let body = match decode_body(&engine, &headers, body) {
         Ok(b) => b,
@@ -284,7 +284,7 @@ async fn handle_write(
     let opts = WriteOptions {
         precision,
         accept_partial,
-        create_database: engine.config.lp_create_databases,
+        create_database: engine.config().lp_create_databases,
     };
     match lineproto::write(&engine, &db, body, &opts).await {
         Ok(out) if out.errors.is_empty() => no_content(),
@@ -346,7 +346,7 @@ async fn health(State(e): State<Arc<Engine>>) -> Response {
         "status": "pass",
         "checks": [],
         "version": env!("CARGO_PKG_VERSION"),
-        "uptime_seconds": e.started.elapsed().as_secs(),
+        "uptime_seconds": e.uptime().as_secs(),
     });
     let mut r = (StatusCode::OK, axum::Json(body)).into_response();
     version_headers(r.headers_mut());
@@ -354,7 +354,7 @@ async fn health(State(e): State<Arc<Engine>>) -> Response {
 }
 
 async fn metrics(State(e): State<Arc<Engine>>) -> Response {
-    let text = crate::metrics::render(&e);
+    let text = crate::metrics::render(&e.metrics_snapshot());
     (
         StatusCode::OK,
         [(
@@ -413,19 +413,7 @@ async fn query(
                     None,
                 );
             };
-            let created = e.catalog.update(|m| {
-                if !m.databases.contains_key(name) {
-                    let id = m.alloc_id();
-                    m.databases.insert(
-                        name.to_string(),
-                        crate::catalog::DatabaseDef {
-                            id,
-                            tables: Default::default(),
-                        },
-                    );
-                }
-                Ok(())
-            });
+            let created = e.catalog().create_database(name, true).map(|_| ());
             match created {
                 Ok(()) => ok(None),
                 Err(err) => {
@@ -435,7 +423,7 @@ async fn query(
         }
         ["SHOW", "DATABASES"] => {
             let names: Vec<serde_json::Value> = e
-                .catalog
+                .catalog()
                 .snapshot()
                 .databases
                 .keys()

@@ -19,7 +19,7 @@ const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
     loop {
         tokio::select! {
-            _ = engine.shutdown.cancelled() => return,
+            _ = engine.stopping().cancelled() => return,
             acc = listener.accept() => match acc {
                 Ok((sock, peer)) => {
                     let engine = engine.clone();
@@ -39,7 +39,7 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
 }
 
 async fn connection(engine: &Engine, mut sock: TcpStream) -> crate::Result<()> {
-    let limit = engine.config.http_max_body_size as usize;
+    let limit = engine.config().http_max_body_size as usize;
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
     // Inside a line longer than the limit: drop bytes up to the next newline.
@@ -47,7 +47,7 @@ async fn connection(engine: &Engine, mut sock: TcpStream) -> crate::Result<()> {
     loop {
         let n = tokio::select! {
             // Shutdown: the unfinished last line is not written (it may be cut short).
-            _ = engine.shutdown.cancelled() => return Ok(()),
+            _ = engine.stopping().cancelled() => return Ok(()),
             r = tokio::time::timeout(IDLE_TIMEOUT, sock.read(&mut chunk)) => match r {
                 Ok(r) => r.map_err(|e| crate::Error::io("reading line protocol", e))?,
                 Err(_) => 0, // idle: treat as end of stream
@@ -85,7 +85,7 @@ async fn connection(engine: &Engine, mut sock: TcpStream) -> crate::Result<()> {
                 "line-protocol TCP line longer than the body limit; dropped"
             );
             engine
-                .metrics
+                .metrics()
                 .lp_lines_rejected
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             buf.clear();
@@ -100,7 +100,7 @@ async fn write_batch(engine: &Engine, body: &[u8]) -> crate::Result<()> {
         accept_partial: true,
         create_database: true,
     };
-    let db = engine.config.tcp_database.clone();
+    let db = engine.config().tcp_database.clone();
     let out = lineproto::write(engine, &db, bytes::Bytes::copy_from_slice(body), &opts).await?;
     for e in out.errors.iter().take(10) {
         tracing::warn!(line = e.line, "line-protocol TCP: {}", e.message);

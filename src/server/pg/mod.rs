@@ -43,101 +43,11 @@ use crate::sql::{self, Output, Prepared, Session};
 
 /// Converts a Sundial error to a client-visible ErrorResponse.
 pub fn to_pg(e: Error) -> PgWireError {
-    let code = e.sqlstate();
-    let msg = match &e {
-        Error::DataFusion(df) => pg_message(code, &strip_df(&df.to_string())),
-        other => other.to_string(),
-    };
     PgWireError::UserError(Box::new(ErrorInfo::new(
         "ERROR".to_owned(),
-        code.to_owned(),
-        msg,
+        e.sqlstate().to_owned(),
+        e.client_message(),
     )))
-}
-
-/// Rewrites DataFusion wording into PostgreSQL's where clients rely on it.
-fn pg_message(code: &str, m: &str) -> String {
-    // A function's own coercion error, wrapped by DataFusion's planner: keep ours.
-    if let Some((_, inner)) = m.split_once("coercion failed with: External error: ") {
-        return inner
-            .split(". No function matches")
-            .next()
-            .unwrap_or(inner)
-            .to_string();
-    }
-    if code == "23502" {
-        return "null value violates not-null constraint".into();
-    }
-    if code == "42601" && m.contains("values list") {
-        return "INSERT has more expressions than target columns".into();
-    }
-    if code == "42P01"
-        && let Some(rest) = m.strip_prefix("table '")
-        && let Some(name) = rest.split('\'').next()
-    {
-        let short = name.rsplit('.').next().unwrap_or(name);
-        return format!("relation \"{short}\" does not exist");
-    }
-    if let Some(v) = crate::error::timestamp_parse_value(m) {
-        return if code == "22008" {
-            format!("date/time field value out of range: \"{v}\"")
-        } else {
-            format!("invalid input syntax for type timestamp with time zone: \"{v}\"")
-        };
-    }
-    if let Some(rest) = m.strip_prefix("Cast error: Can't cast value ")
-        && let Some((_, ty)) = rest.rsplit_once(" to type ")
-    {
-        let pg = match ty {
-            "Int16" => "smallint",
-            "Int32" => "integer",
-            "Int64" => "bigint",
-            other => other,
-        };
-        return format!("{pg} out of range");
-    }
-    if let Some(rest) = m.strip_prefix("Cast error: Cannot cast string '")
-        && let Some((value, ty)) = rest.split_once("' to value of ")
-    {
-        let ty = ty.trim_end_matches(" type");
-        let pg = match ty {
-            "Int16" => "smallint",
-            "Int32" => "integer",
-            "Int64" => "bigint",
-            "Float32" => "real",
-            "Float64" => "double precision",
-            "Boolean" => "boolean",
-            t if t.starts_with("Timestamp") => "timestamp with time zone",
-            t if t.starts_with("Date") => "date",
-            t if t.starts_with("Decimal") => "numeric",
-            other => other,
-        };
-        return format!("invalid input syntax for type {pg}: \"{value}\"");
-    }
-    m.to_string()
-}
-
-/// DataFusion prefixes messages with "Error during planning: " and the like.
-fn strip_df(m: &str) -> String {
-    let m = m.trim();
-    if let Some((_, last)) = m.rsplit_once("caused by\n") {
-        return strip_df(last);
-    }
-    for p in [
-        "Error during planning: ",
-        "Execution error: ",
-        "SQL error: ",
-        "Schema error: ",
-        "External error: ",
-        "Arrow error: ",
-        "This feature is not implemented: ",
-        "Optimizer rule 'type_coercion' failed\ncaused by\n",
-    ] {
-        if let Some(rest) = m.strip_prefix(p) {
-            return strip_df(rest);
-        }
-    }
-    m.to_string()
 }
 
 /// Counts a statement as in flight while alive.
@@ -452,19 +362,7 @@ impl SimpleQueryHandler for Handler {
         let c = conn_of(client)?;
         let _active = Active::new(&self.active);
         fresh_cancel(&c);
-        let started = std::time::Instant::now();
-        let metrics = &c.session.engine.metrics;
-        match sql::insert::try_scanned_insert(&c.session, query).await {
-            Ok(Some(n)) => {
-                metrics.sql_query(started.elapsed(), false);
-                return Ok(vec![Response::Execution(tag_of(&format!("INSERT 0 {n}")))]);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                metrics.sql_query(started.elapsed(), true);
-                return Ok(vec![Response::Error(Box::new(err_info(e)))]);
-            }
-        }
+        let metrics = c.session.engine.metrics();
         let steps = match c.session.steps(query) {
             Ok(s) => s,
             Err(e) => return Ok(vec![Response::Error(Box::new(err_info(e)))]),
@@ -713,7 +611,7 @@ impl ExtendedQueryHandler for Handler {
             .unwrap_or_else(|_| Err(Error::Internal("the statement failed unexpectedly".into())));
         c.session
             .engine
-            .metrics
+            .metrics()
             .sql_query(started.elapsed(), out.is_err());
         to_response(&c, out.map_err(to_pg)?, &portal.result_column_format)
     }
@@ -782,12 +680,7 @@ impl CopyHandler for Handler {
         let _active = Active::new(&self.active);
         let table = state.table.clone();
         let (batch, rows) = state.finish().map_err(to_pg)?;
-        c.session
-            .engine
-            .writer
-            .write(&table, batch)
-            .await
-            .map_err(to_pg)?;
+        c.session.engine.write(&table, batch).await.map_err(to_pg)?;
         let tag = Tag::new("COPY").with_rows(rows as usize);
         client
             .send(PgWireBackendMessage::CommandComplete(tag.into()))
@@ -841,7 +734,7 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
     let factory = Arc::new(Factory {
         handler: handler.clone(),
     });
-    let shutdown = engine.shutdown.clone();
+    let shutdown = engine.stopping().clone();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,

@@ -14,7 +14,7 @@ use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature, Volatil
 const HINT: &str = "histogram(value double precision, min double precision, max double precision, nbuckets integer)";
 
 fn sql_err(code: &'static str, msg: impl Into<String>) -> DataFusionError {
-    DataFusionError::External(Box::new(crate::Error::sql(code, msg.into())))
+    crate::Error::sql(code, msg).into()
 }
 
 /// The `histogram` aggregate.

@@ -4,7 +4,6 @@
 
 pub mod histogram;
 pub mod pgcast;
-pub mod pgmeta;
 pub mod pgtext;
 pub mod time_bucket;
 

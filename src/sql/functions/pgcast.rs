@@ -219,7 +219,7 @@ impl AnalyzerRule for RoundingCasts {
                         && let Expr::Literal(ScalarValue::Utf8(Some(text)), meta) = *expr
                     {
                         let mut text = text;
-                        crate::sql::interval::complete_seconds(&mut text);
+                        crate::interval::complete_seconds(&mut text);
                         let lit = Expr::Literal(ScalarValue::Utf8(Some(text)), meta);
                         // Text without an offset names a time in the session's time
                         // zone, also where it is compared with a column of another

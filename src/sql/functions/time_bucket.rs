@@ -338,7 +338,7 @@ pub fn parse_zone(name: &str) -> Result<chrono_tz::Tz> {
 /// A quoted origin timestamp (UTC unless it names an offset), in µs.
 fn parse_origin(text: &str) -> Option<i64> {
     let mut text = text.to_string();
-    crate::sql::interval::complete_seconds(&mut text);
+    crate::interval::complete_seconds(&mut text);
     let arr: ArrayRef = Arc::new(arrow::array::StringArray::from(vec![text]));
     let c = cast(
         &arr,
@@ -382,7 +382,7 @@ fn to_micros(a: &ArrayRef) -> Result<arrow::array::PrimitiveArray<TimestampMicro
 
 /// A client error with a SQLSTATE, carried through DataFusion.
 fn user_err(code: &'static str, msg: &str) -> datafusion::error::DataFusionError {
-    datafusion::error::DataFusionError::External(Box::new(crate::Error::sql(code, msg)))
+    crate::Error::sql(code, msg).into()
 }
 
 /// Start of the bucket holding `ts` (all values in µs since the epoch, UTC).
@@ -431,18 +431,15 @@ pub fn bucket(
 /// (year, month0, µs since the start of that month).
 fn split_month(ts: i64) -> Result<(i64, i64, i64)> {
     let dt = chrono::DateTime::from_timestamp_micros(ts)
-        .ok_or_else(|| {
-            datafusion::error::DataFusionError::Execution("timestamp out of range".into())
-        })?
+        .ok_or_else(|| user_err("22008", "timestamp out of range"))?
         .naive_utc();
     let start = month_start(dt.year() as i64, dt.month0() as i64)?;
     Ok((dt.year() as i64, dt.month0() as i64, ts - start))
 }
 
 fn month_start(year: i64, month0: i64) -> Result<i64> {
-    let d = NaiveDate::from_ymd_opt(year as i32, month0 as u32 + 1, 1).ok_or_else(|| {
-        datafusion::error::DataFusionError::Execution("timestamp out of range".into())
-    })?;
+    let d = NaiveDate::from_ymd_opt(year as i32, month0 as u32 + 1, 1)
+        .ok_or_else(|| user_err("22008", "timestamp out of range"))?;
     let dt: NaiveDateTime = d.and_hms_opt(0, 0, 0).unwrap_or_default();
     Ok(dt.and_utc().timestamp_micros())
 }

@@ -10,7 +10,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
-use crate::query::pg_catalog::{EMPTY_RELS, PG_CATALOG_RELS};
+use super::{EMPTY_RELS, PG_CATALOG_RELS};
 
 fn ident_eq(i: &Ident, name: &str) -> bool {
     if i.quote_style.is_some() {
@@ -420,7 +420,7 @@ impl ast::Visitor for Scope {
     }
 }
 
-pub(super) fn split_and(e: Expr, out: &mut Vec<Expr>) {
+pub fn split_and(e: Expr, out: &mut Vec<Expr>) {
     match e {
         Expr::BinaryOp {
             left,

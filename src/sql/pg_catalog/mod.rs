@@ -1,8 +1,13 @@
 //! PostgreSQL's system catalogs (`pg_catalog`) and `information_schema`, computed from
 //! Sundial's catalog when scanned. OIDs are stable across restarts: 16384 + the persisted
 //! catalog id for tables and databases, PostgreSQL's own numbers for everything built in.
+//! This module is the whole PostgreSQL catalog emulation: these views, the static
+//! rows of PostgreSQL 15 (`defs`), the catalog functions (`functions`) and the AST
+//! rewrites for the SQL clients send to read them (`rewrite`).
 
 pub mod defs;
+pub mod functions;
+pub mod rewrite;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -321,7 +326,7 @@ impl CatalogCtx {
 
     fn tables(&self) -> Vec<Arc<TableDef>> {
         self.engine
-            .catalog
+            .catalog()
             .snapshot()
             .database(&self.db)
             .map(|d| d.tables.values().cloned().collect())
@@ -545,15 +550,15 @@ pub fn relations(ctx: &CatalogCtx) -> Vec<Rel> {
                 .collect(),
         });
     }
-    let chunk_files = super::system::chunk_files(ctx.engine.clone(), ctx.db.clone());
+    let chunk_files = crate::query::system::chunk_files(ctx.engine.clone(), ctx.db.clone());
     out.push(rel_of_schema(
         CHUNK_FILES_OID,
-        super::system::CHUNK_FILES,
+        crate::query::system::CHUNK_FILES,
         NS_PUBLIC,
         &chunk_files.schema(),
     ));
     for (name, oid) in TSDB_VIEW_OIDS {
-        if let Some(schema) = super::system::info_schema_of(name) {
+        if let Some(schema) = crate::query::system::info_schema_of(name) {
             out.push(rel_of_schema(
                 oid,
                 name,
@@ -1371,7 +1376,7 @@ fn pg_rows(ctx: &CatalogCtx, rel: &str) -> Vec<Row> {
             .collect(),
         "pg_database" => ctx
             .engine
-            .catalog
+            .catalog()
             .snapshot()
             .databases
             .iter()

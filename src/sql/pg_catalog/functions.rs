@@ -16,8 +16,8 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 
-use super::columnar;
-use crate::query::pg_catalog::{self as pgc, CatalogCtx, PROCS, Rel, relations};
+use super::{self as pgc, CatalogCtx, PROCS, Rel, relations};
+use crate::sql::functions::columnar;
 
 /// How an argument is coerced before the function sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +63,7 @@ impl Hash for Meta {
 }
 
 fn sql_err(code: &'static str, msg: String) -> DataFusionError {
-    DataFusionError::External(Box::new(crate::Error::sql(code, msg)))
+    crate::Error::sql(code, msg).into()
 }
 
 impl ScalarUDFImpl for Meta {
@@ -577,7 +577,7 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
         Int64,
         Volatility::Stable,
         move |a, _| {
-            let m = c.engine.catalog.snapshot();
+            let m = c.engine.catalog().snapshot();
             let out: Int64Array = strs(&a[0])?
                 .into_iter()
                 .map(|name| {

@@ -1,0 +1,430 @@
+//! The typed operations that change the catalog: databases, tables, columns,
+//! hypertable settings, retention policies and chunk files. Each one is a single
+//! atomic manifest update; nothing outside this module edits a manifest.
+
+use std::sync::Arc;
+
+use super::{Catalog, ColumnDef, DatabaseDef, FileMeta, Retention, SqlType, TableDef};
+use crate::error::{Error, Result};
+
+/// A table to create: everything but the id, which the catalog assigns.
+#[derive(Debug, Clone)]
+pub struct NewTable {
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    pub time_column: Option<String>,
+    pub chunk_interval_micros: Option<i64>,
+    /// Line-protocol table (strict field types, last write wins per point).
+    pub line_protocol: bool,
+}
+
+impl NewTable {
+    fn build(self, id: u64) -> TableDef {
+        TableDef {
+            id,
+            name: self.name,
+            columns: self.columns,
+            time_column: self.time_column,
+            chunk_interval_micros: self.chunk_interval_micros,
+            files: vec![],
+            series_key: vec![],
+            line_protocol: self.line_protocol,
+            retention: None,
+        }
+    }
+}
+
+/// Columns one line-protocol measurement needs, for [`Catalog::ensure_columns`].
+#[derive(Debug, Clone)]
+pub struct ColumnsWanted {
+    /// Created with this definition when the table does not exist.
+    pub table: NewTable,
+    /// Columns to add when missing; `true` marks a tag (part of the series key).
+    pub columns: Vec<(ColumnDef, bool)>,
+}
+
+/// What [`Catalog::ensure_columns`] asks about a wanted column the table already
+/// has: `Some(reason)` rejects the measurement.
+pub type ColumnCheck<'a> = &'a dyn Fn(&TableDef, usize, usize, &ColumnDef) -> Option<String>;
+
+/// One change to the files of a table: file `old` is removed, or replaced by a new
+/// file in its place.
+pub type FileEdit = (u64, Option<FileMeta>);
+
+/// A hypertable's partitioning column must be a time type.
+pub fn check_time_column(col: &ColumnDef) -> Result<()> {
+    if col.sql_type.is_time() {
+        Ok(())
+    } else if matches!(col.sql_type, SqlType::Int2 | SqlType::Int4 | SqlType::Int8) {
+        Err(Error::NotSupported(format!(
+            "integer time column \"{}\" is not supported yet; use timestamptz",
+            col.name
+        )))
+    } else {
+        Err(Error::sql(
+            "22023",
+            format!(
+                "invalid type for dimension \"{}\": {} is not a time type",
+                col.name,
+                col.sql_type.pg_name()
+            ),
+        ))
+    }
+}
+
+fn not_hypertable(name: &str) -> Error {
+    Error::sql("TS102", format!("table \"{name}\" is not a hypertable"))
+}
+
+impl Catalog {
+    /// Creates database `name`; `Ok(false)` when it exists and `if_not_exists`.
+    pub fn create_database(&self, name: &str, if_not_exists: bool) -> Result<bool> {
+        self.update(|m| {
+            if m.databases.contains_key(name) {
+                if if_not_exists {
+                    return Ok(false);
+                }
+                return Err(Error::DuplicateDatabase(name.to_string()));
+            }
+            let id = m.alloc_id();
+            m.databases.insert(
+                name.to_string(),
+                DatabaseDef {
+                    id,
+                    tables: Default::default(),
+                },
+            );
+            Ok(true)
+        })
+    }
+
+    /// Removes database `name` and returns it (`None`: absent and `if_exists`).
+    pub fn drop_database(&self, name: &str, if_exists: bool) -> Result<Option<DatabaseDef>> {
+        self.update(|m| match m.databases.remove(name) {
+            Some(d) => Ok(Some(d)),
+            None if if_exists => Ok(None),
+            None => Err(Error::UndefinedDatabase(name.to_string())),
+        })
+    }
+
+    /// Creates a table; `Ok(false)` when it exists and `if_not_exists`.
+    pub fn create_table(&self, db: &str, table: NewTable, if_not_exists: bool) -> Result<bool> {
+        self.update(|m| {
+            let id = m.alloc_id();
+            let d = m.database_mut(db)?;
+            if d.tables.contains_key(&table.name) {
+                if if_not_exists {
+                    return Ok(false);
+                }
+                return Err(Error::DuplicateTable(table.name));
+            }
+            d.tables
+                .insert(table.name.clone(), Arc::new(table.build(id)));
+            Ok(true)
+        })
+    }
+
+    /// Removes a table and returns it (`None`: absent and `if_exists`).
+    pub fn drop_table(
+        &self,
+        db: &str,
+        name: &str,
+        if_exists: bool,
+    ) -> Result<Option<Arc<TableDef>>> {
+        self.update(|m| match m.database_mut(db)?.tables.remove(name) {
+            Some(t) => Ok(Some(t)),
+            None if if_exists => Ok(None),
+            None => Err(Error::UndefinedTable(name.to_string())),
+        })
+    }
+
+    /// `ALTER TABLE ... ADD COLUMN`: adds `columns` (`(definition, if_not_exists)`)
+    /// in one step. A NOT NULL column cannot join a table that has rows
+    /// (`has_rows_in_memory` tells about rows not yet in files). `Ok(false)`: the
+    /// table is absent and `if_exists`.
+    pub fn add_columns(
+        &self,
+        db: &str,
+        table: &str,
+        if_exists: bool,
+        columns: Vec<(ColumnDef, bool)>,
+        has_rows_in_memory: bool,
+    ) -> Result<bool> {
+        self.update(|m| {
+            let Some(t) = m.database_mut(db)?.tables.get_mut(table) else {
+                if if_exists {
+                    return Ok(false);
+                }
+                return Err(Error::UndefinedTable(table.to_string()));
+            };
+            for (mut c, if_not_exists) in columns {
+                if t.column(&c.name).is_some() {
+                    if if_not_exists {
+                        continue;
+                    }
+                    return Err(Error::DuplicateColumn(c.name));
+                }
+                if !c.nullable && (!t.files.is_empty() || has_rows_in_memory) {
+                    return Err(Error::sql(
+                        "23502",
+                        format!(
+                            "column \"{}\" of relation \"{}\" contains null values",
+                            c.name, t.name
+                        ),
+                    ));
+                }
+                c.nullable = true;
+                Arc::make_mut(t).columns.push(c);
+            }
+            Ok(true)
+        })
+    }
+
+    /// `create_hypertable`: makes an empty plain table a hypertable partitioned by
+    /// `column`. Returns the table id and whether it changed (`false`: already a
+    /// hypertable and `if_not_exists`).
+    pub fn make_hypertable(
+        &self,
+        db: &str,
+        table: &str,
+        column: &str,
+        interval_micros: i64,
+        if_not_exists: bool,
+        has_rows_in_memory: bool,
+    ) -> Result<(u64, bool)> {
+        self.update(|m| {
+            let t = m
+                .database_mut(db)?
+                .tables
+                .get_mut(table)
+                .ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+            if t.is_hypertable() {
+                if if_not_exists {
+                    return Ok((t.id, false));
+                }
+                return Err(Error::sql(
+                    "TS110",
+                    format!("table \"{table}\" is already a hypertable"),
+                ));
+            }
+            if !t.files.is_empty() || has_rows_in_memory {
+                return Err(Error::NotSupported(format!(
+                    "table \"{table}\" is not empty; Sundial cannot migrate existing rows into chunks (migrate_data)"
+                )));
+            }
+            let tm = Arc::make_mut(t);
+            let col = tm
+                .columns
+                .iter_mut()
+                .find(|c| c.name == column)
+                .ok_or_else(|| Error::UndefinedColumn(column.to_string()))?;
+            check_time_column(col)?;
+            col.nullable = false;
+            tm.time_column = Some(column.to_string());
+            tm.chunk_interval_micros = Some(interval_micros);
+            Ok((tm.id, true))
+        })
+    }
+
+    /// `set_chunk_time_interval`: new chunks use `micros`; every existing file keeps
+    /// the range it was cut with.
+    pub fn set_chunk_interval(&self, db: &str, table: &str, micros: i64) -> Result<()> {
+        self.update(|m| {
+            let t = m
+                .database_mut(db)?
+                .tables
+                .get_mut(table)
+                .ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+            if !t.is_hypertable() {
+                return Err(not_hypertable(table));
+            }
+            let tm = Arc::make_mut(t);
+            for i in 0..tm.files.len() {
+                let end = tm.file_chunk_end(&tm.files[i]);
+                tm.files[i].chunk_end.get_or_insert(end);
+            }
+            tm.chunk_interval_micros = Some(micros);
+            Ok(())
+        })
+    }
+
+    /// `add_retention_policy`: returns the job id, or -1 when a policy exists and
+    /// `if_not_exists` (TimescaleDB's answer, with a notice).
+    pub fn set_retention(
+        &self,
+        db: &str,
+        table: &str,
+        policy: Retention,
+        if_not_exists: bool,
+    ) -> Result<i64> {
+        self.update(|m| {
+            let t = m
+                .database_mut(db)?
+                .tables
+                .get_mut(table)
+                .ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+            if let Some(old) = &t.retention {
+                if if_not_exists {
+                    tracing::info!(table = %t.name, same = old.drop_after_micros == policy.drop_after_micros,
+                        "retention policy already exists, skipping");
+                    return Ok(-1);
+                }
+                return Err(Error::sql(
+                    "42710",
+                    format!(
+                        "retention policy already exists for hypertable \"{}\"",
+                        t.name
+                    ),
+                ));
+            }
+            Arc::make_mut(t).retention = Some(policy);
+            Ok(t.retention_job_id())
+        })
+    }
+
+    /// `remove_retention_policy`.
+    pub fn remove_retention(&self, db: &str, table: &str, if_exists: bool) -> Result<()> {
+        self.update(|m| {
+            let t = m
+                .database_mut(db)?
+                .tables
+                .get_mut(table)
+                .ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+            if t.retention.is_none() && !if_exists {
+                return Err(Error::sql(
+                    "42704",
+                    format!("retention policy not found for hypertable \"{table}\""),
+                ));
+            }
+            Arc::make_mut(t).retention = None;
+            Ok(())
+        })
+    }
+
+    /// Creates or widens the tables of line-protocol measurements in one step. For
+    /// each wanted table: `Ok(table)` as it is now, or `Err(reason)` when `check`
+    /// rejects a column it already has or it would pass `max_columns` columns; a
+    /// rejected table is left as it was.
+    pub fn ensure_columns(
+        &self,
+        db: &str,
+        wanted: &[ColumnsWanted],
+        max_columns: usize,
+        check: ColumnCheck<'_>,
+    ) -> Result<Vec<std::result::Result<Arc<TableDef>, String>>> {
+        self.update(|man| {
+            let mut out = Vec::with_capacity(wanted.len());
+            for (wi, w) in wanted.iter().enumerate() {
+                let id_if_new = man.next_id;
+                let d = man.database_mut(db)?;
+                let mut allocated = false;
+                let t = d.tables.entry(w.table.name.clone()).or_insert_with(|| {
+                    allocated = true;
+                    Arc::new(w.table.clone().build(id_if_new))
+                });
+                // Check everything first so a rejected measurement changes nothing.
+                let mut problem = None;
+                let mut adding = 0;
+                for (ci, (c, _)) in w.columns.iter().enumerate() {
+                    match t.column(&c.name) {
+                        Some(def) => {
+                            if let Some(p) = check(t, wi, ci, def) {
+                                problem = Some(p);
+                            }
+                        }
+                        None => adding += 1,
+                    }
+                }
+                if problem.is_none() && t.columns.len() + adding > max_columns {
+                    problem = Some(format!(
+                        "table \"{}\" would have more than {max_columns} columns",
+                        w.table.name
+                    ));
+                }
+                if problem.is_none() {
+                    for (c, tag) in &w.columns {
+                        if t.column(&c.name).is_none() {
+                            let tm = Arc::make_mut(t);
+                            tm.columns.push(c.clone());
+                            if *tag {
+                                tm.series_key.push(c.name.clone());
+                            }
+                        }
+                    }
+                }
+                let t = t.clone();
+                if allocated {
+                    man.next_id += 1;
+                }
+                out.push(match problem {
+                    None => Ok(t),
+                    Some(p) => Err(p),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Hands out `n` consecutive ids (for files about to be written); returns the first.
+    pub fn alloc_ids(&self, n: u64) -> Result<u64> {
+        self.update(|m| {
+            let first = m.next_id;
+            m.next_id += n;
+            Ok(first)
+        })
+    }
+
+    /// Records flushed files (`(table id, file)`) and that every WAL record up to
+    /// `flushed_wal_seq` is in files, in one step. Files of dropped tables are ignored.
+    pub fn add_files(&self, files: Vec<(u64, FileMeta)>, flushed_wal_seq: u64) -> Result<()> {
+        self.update(|m| {
+            for db in m.databases.values_mut() {
+                for t in db.tables.values_mut() {
+                    let mine: Vec<FileMeta> = files
+                        .iter()
+                        .filter(|(id, _)| *id == t.id)
+                        .map(|(_, f)| f.clone())
+                        .collect();
+                    if !mine.is_empty() {
+                        Arc::make_mut(t).files.extend(mine);
+                    }
+                }
+            }
+            m.flushed_wal_seq = m.flushed_wal_seq.max(flushed_wal_seq);
+            Ok(())
+        })
+    }
+
+    /// Removes or replaces files of a table in one step (compaction, DELETE,
+    /// drop_chunks, TRUNCATE); a replacement takes its old file's place, so files
+    /// stay in arrival order. Fails, changing nothing, when any old file is gone.
+    pub fn edit_files(&self, table_id: u64, edits: &[FileEdit]) -> Result<()> {
+        self.update(|m| {
+            let t = m
+                .databases
+                .values_mut()
+                .flat_map(|d| d.tables.values_mut())
+                .find(|t| t.id == table_id)
+                .ok_or_else(|| Error::UndefinedTable(format!("table id {table_id}")))?;
+            if !edits
+                .iter()
+                .all(|(id, _)| t.files.iter().any(|f| f.id == *id))
+            {
+                return Err(Error::Catalog(
+                    "chunk files changed concurrently; retry".into(),
+                ));
+            }
+            let tm = Arc::make_mut(t);
+            let mut files = Vec::with_capacity(tm.files.len());
+            for f in std::mem::take(&mut tm.files) {
+                match edits.iter().find(|(id, _)| *id == f.id) {
+                    Some((_, Some(new))) => files.push(new.clone()),
+                    Some((_, None)) => {}
+                    None => files.push(f),
+                }
+            }
+            tm.files = files;
+            Ok(())
+        })
+    }
+}

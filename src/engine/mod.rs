@@ -1,0 +1,525 @@
+//! The engine: the composition root below the front ends. It opens a data
+//! directory (lock, catalog, WAL replay, object store, query runtime), owns the
+//! background work, and offers a small API: write a batch, snapshot a table's files
+//! and memtable, catalog and chunk operations, a metrics snapshot, shutdown.
+
+mod background;
+pub mod jobs;
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::physical_expr::PhysicalExpr;
+use object_store::local::LocalFileSystem;
+use object_store::{ObjectStore, ObjectStoreExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{Catalog, DatabaseDef, FileEdit, FileMeta, Retention, TableDef};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::metrics::{Metrics, Snapshot};
+use crate::storage::rewrite::{self, FileStore, Rewrite};
+use crate::storage::stats_cache::StatsCache;
+use crate::wal::Wal;
+use crate::write::{TableView, WriteService};
+use background::Background;
+pub use jobs::{JobState, Jobs};
+
+/// URL under which the chunk store is registered with DataFusion.
+pub const STORE_URL: &str = "sundial://store/";
+
+/// Everything a server needs, shared by all connections.
+pub struct Engine {
+    config: Config,
+    catalog: Arc<Catalog>,
+    writer: Arc<WriteService>,
+    store: Arc<dyn ObjectStore>,
+    store_url: ObjectStoreUrl,
+    runtime: Arc<RuntimeEnv>,
+    started: Instant,
+    metrics: Metrics,
+    /// One compaction at a time.
+    compact_lock: tokio::sync::Mutex<()>,
+    /// Run state of retention jobs.
+    jobs: Jobs,
+    /// Typed file statistics for chunk pruning, per table version.
+    file_stats: Arc<StatsCache>,
+    background: Background,
+    _lock: File,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("data_dir", &self.config.data_dir)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Opens the data directory, replays the WAL and starts the background work
+    /// (flush, compaction, retention). Must run inside a Tokio runtime.
+    pub async fn open(config: Config) -> Result<Arc<Engine>> {
+        let dir = &config.data_dir;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("data directory {} is not usable", dir.display()), e))?;
+        let lock = lock_dir(dir)?;
+        let catalog = Arc::new(Catalog::open(dir)?);
+        let manifest = catalog.snapshot();
+        let (wal, records) =
+            Wal::open(&dir.join("wal"), config.wal_fsync, manifest.flushed_wal_seq)?;
+        std::fs::create_dir_all(dir.join("data"))
+            .map_err(|e| Error::io(format!("cannot create {}/data", dir.display()), e))?;
+        let store: Arc<dyn ObjectStore> = Arc::new(
+            LocalFileSystem::new_with_prefix(dir)
+                .map_err(Error::from)?
+                .with_automatic_cleanup(true),
+        );
+        let writer = Arc::new(WriteService::new(
+            catalog.clone(),
+            wal,
+            store.clone(),
+            &config,
+        ));
+        let n_records = records.len();
+        let rows = writer.replay(records)?;
+        if n_records > 0 {
+            tracing::info!(records = n_records, rows, "replayed WAL");
+        }
+        let store_url = ObjectStoreUrl::parse(STORE_URL)?;
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(config.query_memory_limit as usize, 1.0)
+            .build_arc()?;
+        let url = url_of(STORE_URL)?;
+        runtime.register_object_store(&url, store.clone());
+        let engine = Arc::new(Engine {
+            config,
+            catalog,
+            writer,
+            store,
+            store_url,
+            runtime,
+            started: Instant::now(),
+            metrics: Default::default(),
+            compact_lock: tokio::sync::Mutex::new(()),
+            jobs: Default::default(),
+            file_stats: Default::default(),
+            background: Background::new(CancellationToken::new()),
+            _lock: lock,
+        });
+        background::start(&engine);
+        Ok(engine)
+    }
+
+    /// Stops background work, waits for it to finish and flushes every memtable.
+    pub async fn close(&self) -> Result<()> {
+        self.background.stop().await;
+        self.writer.flush_all().await.map(|_| ())
+    }
+
+    /// Asks every part of the server to stop (front ends watch [`Engine::stopping`]).
+    pub fn shutdown(&self) {
+        self.background.token().cancel();
+    }
+
+    /// Fires when shutdown begins.
+    pub fn stopping(&self) -> &CancellationToken {
+        self.background.token()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The catalog: snapshots to read, typed operations to change it.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Counters the front ends bump.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Run state of the background jobs.
+    pub fn jobs(&self) -> &Jobs {
+        &self.jobs
+    }
+
+    /// The query runtime (memory pool, object store registry, metadata cache).
+    pub fn runtime(&self) -> &Arc<RuntimeEnv> {
+        &self.runtime
+    }
+
+    /// URL of the chunk store in [`Engine::runtime`].
+    pub fn store_url(&self) -> &ObjectStoreUrl {
+        &self.store_url
+    }
+
+    /// Typed file statistics for pruning, cached per table version.
+    pub fn file_stats(&self) -> &Arc<StatsCache> {
+        &self.file_stats
+    }
+
+    /// Validates `batch` for `table`, makes it durable and visible; returns rows written.
+    pub async fn write(&self, table: &TableDef, batch: RecordBatch) -> Result<u64> {
+        self.writer.write(table, batch).await
+    }
+
+    /// A consistent snapshot of a table for a scan: its files and memtable rows.
+    pub fn view(&self, table_id: u64) -> Option<TableView> {
+        self.writer.view(table_id)
+    }
+
+    /// Writes every memtable to Parquet; returns the number of files written.
+    pub async fn flush(&self) -> Result<usize> {
+        self.writer.flush_all().await
+    }
+
+    /// Time since the engine opened.
+    pub fn uptime(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+
+    /// Every value `/metrics` shows.
+    pub fn metrics_snapshot(&self) -> Snapshot {
+        let mut s = Snapshot::default();
+        self.metrics.fill(&mut s);
+        let w = &self.writer.stats;
+        let wal = &self.writer.wal().stats;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        s.rows_written = get(&w.rows_written);
+        s.flushes = get(&w.flushes);
+        s.flushed_bytes = get(&w.flushed_bytes);
+        s.flushed_files = get(&w.flushed_files);
+        s.wal_appends = get(&wal.appends);
+        s.wal_fsyncs = get(&wal.fsyncs);
+        s.wal_bytes = get(&wal.bytes);
+        let manifest = self.catalog.snapshot();
+        for d in manifest.databases.values() {
+            for t in d.tables.values() {
+                s.tables += 1;
+                s.chunk_files += t.files.len() as u64;
+                s.chunk_bytes += t.files.iter().map(|f| f.bytes).sum::<u64>();
+                let mut starts: Vec<i64> = t.files.iter().map(|f| f.chunk_start).collect();
+                starts.sort_unstable();
+                starts.dedup();
+                s.chunks += starts.len() as u64;
+            }
+        }
+        s.uptime_secs = self.started.elapsed().as_secs();
+        s
+    }
+
+    /// Chunk starts of a table: with files or only in memory.
+    pub fn chunk_starts(&self, t: &TableDef) -> BTreeSet<i64> {
+        let mut s: BTreeSet<i64> = t.files.iter().map(|f| f.chunk_start).collect();
+        if let Some(v) = self.writer.view(t.id) {
+            s.extend(
+                v.mem
+                    .iter()
+                    .filter(|(_, b)| b.iter().any(|b| b.batch.num_rows() > 0))
+                    .map(|(c, _)| *c),
+            );
+        }
+        s
+    }
+
+    /// Chunks entirely before `older` (end ≤ older) and entirely after `newer`
+    /// (start ≥ newer), TimescaleDB's rule.
+    pub fn select_chunks(&self, t: &TableDef, older: Option<i64>, newer: Option<i64>) -> Vec<i64> {
+        self.chunk_starts(t)
+            .into_iter()
+            .filter(|start| {
+                older.is_none_or(|o| t.chunk_end(*start) <= o) && newer.is_none_or(|n| *start >= n)
+            })
+            .collect()
+    }
+
+    /// Drops whole chunks of `table` (all its files) between the bounds; memtables are
+    /// flushed first so the WAL cannot bring the rows back. Returns the table and the
+    /// starts of the dropped chunks.
+    pub async fn drop_chunks(
+        &self,
+        db: &str,
+        table: &str,
+        older: Option<i64>,
+        newer: Option<i64>,
+    ) -> Result<(Arc<TableDef>, Vec<i64>)> {
+        self.writer.flush_all().await?;
+        let m = self.catalog.snapshot();
+        let t = m.table(db, table)?.clone();
+        let starts = self.select_chunks(&t, older, newer);
+        let files: Vec<&FileMeta> = t
+            .files
+            .iter()
+            .filter(|f| starts.contains(&f.chunk_start))
+            .collect();
+        self.remove_files(&t, &files)?;
+        tracing::info!(
+            table,
+            chunks = starts.len(),
+            files = files.len(),
+            "dropped chunks"
+        );
+        Ok((t, starts))
+    }
+
+    /// Runs the retention policy of `table`: drops the chunks older than its
+    /// `drop_after`, recording the end of the run in [`Engine::jobs`] (its start is
+    /// recorded by the caller: the schedule, or `run_job`).
+    pub async fn run_retention(
+        &self,
+        db: &str,
+        table: &TableDef,
+        policy: &Retention,
+    ) -> Result<()> {
+        let job = table.retention_job_id();
+        let older = chrono::Utc::now()
+            .timestamp_micros()
+            .saturating_sub(policy.drop_after_micros);
+        match self.drop_chunks(db, &table.name, Some(older), None).await {
+            Ok((_, dropped)) => {
+                self.jobs.finished(job, true, dropped.len());
+                Ok(())
+            }
+            Err(e) => {
+                self.jobs.finished(job, false, 0);
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes `files` of `t` from the catalog and deletes them once readers are done.
+    fn remove_files(&self, t: &TableDef, files: &[&FileMeta]) -> Result<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let edits: Vec<FileEdit> = files.iter().map(|f| (f.id, None)).collect();
+        self.writer.edit_files(t.id, &edits)?;
+        self.delete_later(files.iter().map(|f| f.path.clone()).collect());
+        Ok(())
+    }
+
+    /// Removes every file of `t` (memtables must have been flushed). Returns the rows.
+    pub fn truncate(&self, t: &TableDef) -> Result<u64> {
+        let files: Vec<&FileMeta> = t.files.iter().collect();
+        self.remove_files(t, &files)?;
+        Ok(t.files.iter().map(|f| f.rows).sum())
+    }
+
+    /// Deletes the rows where `pred` is true from the given files of `t` (database
+    /// `db`): a file marked `true` (every row matches, by its statistics) is dropped
+    /// whole, the others are rewritten without their matching rows. All in one
+    /// catalog step. Returns the rows deleted.
+    pub async fn delete_rows(
+        &self,
+        db: &str,
+        t: &TableDef,
+        files: &[(&FileMeta, bool)],
+        pred: &Arc<dyn PhysicalExpr>,
+    ) -> Result<u64> {
+        let mut edits: Vec<FileEdit> = vec![];
+        let mut old_paths = vec![];
+        let mut deleted = 0u64;
+        for (f, all_match) in files {
+            if *all_match {
+                deleted += f.rows;
+                edits.push((f.id, None));
+                old_paths.push(f.path.clone());
+                continue;
+            }
+            let out = rewrite::rewrite(&self.file_store(), db, t, &[f], Rewrite::DeleteWhere(pred))
+                .await?;
+            if out.rows_removed == 0 {
+                continue;
+            }
+            deleted += out.rows_removed;
+            edits.push((f.id, out.file));
+            old_paths.push(f.path.clone());
+        }
+        if !edits.is_empty() {
+            self.writer.edit_files(t.id, &edits)?;
+            self.delete_later(old_paths);
+        }
+        Ok(deleted)
+    }
+
+    /// DROP TABLE: removes it from the catalog, forgets its memtable rows and deletes
+    /// its files. `Ok(false)`: absent and `if_exists`.
+    pub async fn drop_table(&self, db: &str, name: &str, if_exists: bool) -> Result<bool> {
+        let Some(t) = self.catalog.drop_table(db, name, if_exists)? else {
+            return Ok(false);
+        };
+        self.writer.forget_table(t.id);
+        self.delete_files_now(&t).await;
+        Ok(true)
+    }
+
+    /// DROP DATABASE: like [`Engine::drop_table`] for every table in it.
+    pub async fn drop_database(&self, name: &str, if_exists: bool) -> Result<bool> {
+        let Some(d): Option<DatabaseDef> = self.catalog.drop_database(name, if_exists)? else {
+            return Ok(false);
+        };
+        for t in d.tables.values() {
+            self.writer.forget_table(t.id);
+            self.delete_files_now(t).await;
+        }
+        Ok(true)
+    }
+
+    async fn delete_files_now(&self, t: &TableDef) {
+        for f in &t.files {
+            let path = object_store::path::Path::from(f.path.as_str());
+            if let Err(e) = self.store.delete(&path).await {
+                tracing::warn!(path = %f.path, error = %e, "could not delete chunk file");
+            }
+        }
+    }
+
+    /// Compacts every chunk with more than one file; with `only_cold`, only chunks
+    /// that have no rows in memory (nothing written since the last flush). Returns the
+    /// number of chunks compacted.
+    pub async fn compact(&self, only_cold: bool) -> Result<usize> {
+        let _one = self.compact_lock.lock().await;
+        let manifest = self.catalog.snapshot();
+        let mut done = 0;
+        for (db, d) in &manifest.databases {
+            for t in d.tables.values() {
+                // Files cut with different chunk intervals stay apart.
+                let mut starts: Vec<(i64, Option<i64>)> = t
+                    .files
+                    .iter()
+                    .map(|f| (f.chunk_start, f.chunk_end))
+                    .collect();
+                starts.sort_unstable();
+                starts.dedup();
+                let hot: Vec<i64> = match self.writer.view(t.id) {
+                    Some(v) => v.mem.iter().map(|(s, _)| *s).collect(),
+                    None => continue,
+                };
+                for (start, end) in starts {
+                    let files: Vec<&FileMeta> = t
+                        .files
+                        .iter()
+                        .filter(|f| f.chunk_start == start && f.chunk_end == end)
+                        .collect();
+                    if files.len() < 2 || (only_cold && hot.contains(&start)) {
+                        continue;
+                    }
+                    if self.background.token().is_cancelled() {
+                        return Ok(done);
+                    }
+                    self.compact_chunk(db, t, &files).await?;
+                    done += 1;
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Merges `files` (one chunk of `table`) into one and swaps it in.
+    async fn compact_chunk(&self, db: &str, table: &TableDef, files: &[&FileMeta]) -> Result<()> {
+        let out = rewrite::rewrite(&self.file_store(), db, table, files, Rewrite::Merge).await?;
+        let Some(meta) = out.file else {
+            return Ok(());
+        };
+        let (path, bytes) = (meta.path.clone(), meta.bytes);
+        // The new file takes the place of the oldest of them, keeping arrival order.
+        let mut edits: Vec<FileEdit> = files.iter().map(|f| (f.id, None)).collect();
+        if let Some(first) = table
+            .files
+            .iter()
+            .find(|f| edits.iter().any(|(id, _)| *id == f.id))
+            && let Some(e) = edits.iter_mut().find(|(id, _)| *id == first.id)
+        {
+            e.1 = Some(meta);
+        }
+        match self.writer.edit_files(table.id, &edits) {
+            Ok(()) => {
+                self.writer
+                    .stats
+                    .compactions
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    table = %table.name,
+                    chunk = files[0].chunk_start,
+                    files = files.len(),
+                    rows = out.rows_kept,
+                    bytes,
+                    "compacted chunk"
+                );
+                self.delete_later(files.iter().map(|f| f.path.clone()).collect());
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self
+                    .store
+                    .delete(&object_store::path::Path::from(path.as_str()))
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    fn file_store(&self) -> FileStore<'_> {
+        FileStore {
+            store: &self.store,
+            url: &self.store_url,
+            runtime: &self.runtime,
+            catalog: &self.catalog,
+        }
+    }
+
+    /// Deletes replaced or dropped files once queries that planned with them are done.
+    fn delete_later(&self, paths: Vec<String>) {
+        let store = self.store.clone();
+        self.background
+            .spawn_deferred(rewrite::DELETE_DELAY, async move {
+                for p in paths {
+                    if let Err(e) = store
+                        .delete(&object_store::path::Path::from(p.as_str()))
+                        .await
+                    {
+                        tracing::warn!(path = %p, error = %e, "could not delete chunk file");
+                    }
+                }
+            });
+    }
+}
+
+fn url_of(s: &str) -> Result<url::Url> {
+    url::Url::parse(s).map_err(|e| Error::Internal(format!("bad store url {s}: {e}")))
+}
+
+/// Takes an exclusive lock on the data directory so two servers never share it.
+fn lock_dir(dir: &std::path::Path) -> Result<File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("LOCK");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| {
+            Error::io(
+                format!("data directory {} is not writable", dir.display()),
+                e,
+            )
+        })?;
+    // SAFETY: flock on a valid, owned file descriptor.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(Error::Config(format!(
+            "data directory {} is in use by another sundial process",
+            dir.display()
+        )));
+    }
+    Ok(f)
+}

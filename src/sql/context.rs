@@ -1,0 +1,145 @@
+//! The DataFusion context of one connection: a catalog provider that exposes one
+//! database's tables, the TimescaleDB-style system views and PostgreSQL's catalogs,
+//! over the engine's shared runtime.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{CatalogProvider, SchemaProvider};
+use datafusion::datasource::TableProvider;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+use super::pg_catalog::{CatalogCtx, CatalogSchema};
+use crate::engine::Engine;
+use crate::query::provider::HypertableProvider;
+use crate::query::system;
+
+/// Builds the DataFusion context of one connection (to database `cat.db`).
+/// DataFusion's own `information_schema` is off: Sundial provides PostgreSQL's.
+pub fn new_context(cat: &Arc<CatalogCtx>) -> SessionContext {
+    let engine = &cat.engine;
+    let db = cat.db.as_str();
+    let mut cfg = SessionConfig::new()
+        .with_default_catalog_and_schema(db, "public")
+        .with_information_schema(false)
+        .with_create_default_catalog_and_schema(false);
+    {
+        let o = cfg.options_mut();
+        o.execution.time_zone = Some("UTC".to_string());
+        o.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+        // Numeric literals are numeric (decimal) in PostgreSQL, not double.
+        o.sql_parser.parse_float_as_decimal = true;
+        o.execution.parquet.pushdown_filters = false;
+        o.execution.parquet.enable_page_index = true;
+        // Chunk files are small (a day of one table); let one file's row groups
+        // be read on several cores.
+        o.optimizer.repartition_file_min_size = 256 * 1024;
+    }
+    let state = SessionStateBuilder::new()
+        .with_config(cfg)
+        .with_runtime_env(engine.runtime().clone())
+        .with_default_features()
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    ctx.register_catalog(
+        db,
+        Arc::new(DbCatalog {
+            engine: engine.clone(),
+            db: db.to_string(),
+            cat: cat.clone(),
+        }),
+    );
+    ctx
+}
+
+/// One database as a DataFusion catalog.
+#[derive(Debug)]
+struct DbCatalog {
+    engine: Arc<Engine>,
+    db: String,
+    cat: Arc<CatalogCtx>,
+}
+
+impl CatalogProvider for DbCatalog {
+    fn schema_names(&self) -> Vec<String> {
+        vec![
+            "public".into(),
+            system::INFO_SCHEMA.into(),
+            "pg_catalog".into(),
+            "information_schema".into(),
+        ]
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        match name {
+            "public" => Some(Arc::new(PublicSchema {
+                engine: self.engine.clone(),
+                db: self.db.clone(),
+                pg_catalog: CatalogSchema::pg_catalog(self.cat.clone()),
+            })),
+            system::INFO_SCHEMA => Some(Arc::new(system::InfoSchema::new(
+                self.engine.clone(),
+                self.db.clone(),
+            ))),
+            "pg_catalog" => Some(Arc::new(CatalogSchema::pg_catalog(self.cat.clone()))),
+            "information_schema" => Some(Arc::new(CatalogSchema::information_schema(
+                self.cat.clone(),
+            ))),
+            _ => None,
+        }
+    }
+}
+
+/// The `public` schema: the database's tables plus `sundial_chunk_files`.
+///
+/// It also finds the `pg_catalog` relations when no table has the name, for names
+/// the SQL front door did not qualify. (That front door qualifies unqualified catalog
+/// names in queries with `pg_catalog.`, as PostgreSQL's search path starts with
+/// `pg_catalog`: unqualified `pg_class` is the catalog even when `public.pg_class`
+/// exists, and `public.pg_class` names the user table.)
+#[derive(Debug)]
+struct PublicSchema {
+    engine: Arc<Engine>,
+    db: String,
+    pg_catalog: CatalogSchema,
+}
+
+#[async_trait]
+impl SchemaProvider for PublicSchema {
+    fn table_names(&self) -> Vec<String> {
+        let m = self.engine.catalog().snapshot();
+        let mut names: Vec<String> = m
+            .database(&self.db)
+            .map(|d| d.tables.keys().cloned().collect())
+            .unwrap_or_default();
+        names.push(system::CHUNK_FILES.into());
+        names
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let m = self.engine.catalog().snapshot();
+        if let Ok(t) = m.table(&self.db, name) {
+            return Ok(Some(Arc::new(HypertableProvider::new(t, &self.engine))));
+        }
+        if name == system::CHUNK_FILES {
+            return Ok(Some(system::chunk_files(
+                self.engine.clone(),
+                self.db.clone(),
+            )));
+        }
+        Ok(self.pg_catalog.get(name))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.pg_catalog.table_exist(name)
+            || name == system::CHUNK_FILES
+            || self
+                .engine
+                .catalog()
+                .snapshot()
+                .table(&self.db, name)
+                .is_ok()
+    }
+}

@@ -1,0 +1,194 @@
+//! Rewrites of chunk files, one routine for every kind: compaction merges a
+//! chunk's sorted files into one (line-protocol tables lose duplicate points here
+//! for good), DELETE writes a file again without the rows it removes. Both read the
+//! old files, write one new file, allocate its id and upload it; the caller swaps
+//! it into the catalog.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::TaskContext;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::physical_expr::expressions::Column as PCol;
+use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use futures::StreamExt;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use parquet::arrow::ArrowWriter;
+
+use super::{
+    COMPACT_ZSTD_LEVEL, FLUSH_ZSTD_LEVEL, StatsAccumulator, dedup, file_path, writer_props,
+};
+use crate::catalog::{Catalog, FileMeta, TableDef};
+use crate::error::Result;
+
+/// How long replaced files stay on disk for queries that planned with them.
+pub const DELETE_DELAY: Duration = Duration::from_secs(30);
+
+/// What a rewrite does to the rows of its input files.
+pub enum Rewrite<'a> {
+    /// Merge the files (each sorted) into one sorted file; points written twice
+    /// keep the last write (compaction).
+    Merge,
+    /// Keep the rows where the predicate is not true (DELETE).
+    DeleteWhere(&'a Arc<dyn PhysicalExpr>),
+}
+
+/// Where chunk files live and what reads them.
+pub struct FileStore<'a> {
+    pub store: &'a Arc<dyn ObjectStore>,
+    pub url: &'a ObjectStoreUrl,
+    pub runtime: &'a Arc<RuntimeEnv>,
+    /// Allocates the new file's id.
+    pub catalog: &'a Catalog,
+}
+
+/// The outcome of [`rewrite`].
+pub struct Rewritten {
+    /// The uploaded file; `None` when no row is left, or DELETE removed none.
+    pub file: Option<FileMeta>,
+    pub rows_kept: u64,
+    pub rows_removed: u64,
+}
+
+/// Rewrites `files` (all of one chunk of `table` in database `db`) into one new
+/// file as `how` says, uploads it and returns its catalog entry.
+pub async fn rewrite(
+    fs: &FileStore<'_>,
+    db: &str,
+    table: &TableDef,
+    files: &[&FileMeta],
+    how: Rewrite<'_>,
+) -> Result<Rewritten> {
+    let Some(first) = files.first() else {
+        return Ok(Rewritten {
+            file: None,
+            rows_kept: 0,
+            rows_removed: 0,
+        });
+    };
+    let (chunk_start, chunk_end) = (first.chunk_start, first.chunk_end);
+    let schema = table.schema();
+    let merge = matches!(how, Rewrite::Merge);
+    let keys: Vec<usize> = match dedup::key_indices(table, &schema) {
+        Some(k) => k,
+        None => table.time_index().into_iter().collect(),
+    };
+    let ordering =
+        LexOrdering::new(keys.iter().map(|i| {
+            PhysicalSortExpr::new_default(Arc::new(PCol::new(schema.field(*i).name(), *i)))
+        }));
+    // One partition per file, oldest first: the merge breaks ties by partition, so
+    // copies of a point come out in arrival order.
+    let source = ParquetSource::new(schema.clone());
+    let mut builder = FileScanConfigBuilder::new(fs.url.clone(), Arc::new(source));
+    for f in files {
+        builder =
+            builder.with_file_group(vec![PartitionedFile::new(f.path.clone(), f.bytes)].into());
+    }
+    if let Some(o) = &ordering {
+        builder = builder.with_output_ordering(vec![o.clone()]);
+    }
+    let scan = DataSourceExec::from_data_source(builder.build());
+    let plan: Arc<dyn ExecutionPlan> = match ordering {
+        Some(o) if files.len() > 1 => {
+            Arc::new(SortPreservingMergeExec::new(o, scan).with_round_robin_repartition(false))
+        }
+        _ => scan,
+    };
+    let ctx = Arc::new(TaskContext::default().with_runtime(fs.runtime.clone()));
+    let mut stream = plan.execute(0, ctx)?;
+
+    let level = if merge {
+        COMPACT_ZSTD_LEVEL
+    } else {
+        FLUSH_ZSTD_LEVEL
+    };
+    let mut buf = Vec::new();
+    let mut writer = ArrowWriter::try_new(
+        &mut buf,
+        schema.clone(),
+        Some(writer_props(
+            table,
+            level,
+            files.iter().map(|f| f.rows).sum(),
+        )),
+    )?;
+    let mut stats = StatsAccumulator::new(schema.clone())?;
+    let (mut kept, mut removed) = (0u64, 0u64);
+    let mut emit = |out: &RecordBatch| -> Result<()> {
+        if out.num_rows() > 0 {
+            stats.update(out)?;
+            kept += out.num_rows() as u64;
+            writer.write(out)?;
+        }
+        Ok(())
+    };
+    let dedups = merge && table.dedups();
+    // Rows of the last point seen, which the next batch may continue.
+    let mut carry: Option<RecordBatch> = None;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        match &how {
+            Rewrite::Merge if dedups => {
+                let all = match carry.take() {
+                    Some(c) => arrow::compute::concat_batches(&schema, [&c, &batch])?,
+                    None => batch,
+                };
+                let merged = dedup::dedup_sort(&all, &keys)?;
+                let n = merged.num_rows();
+                if n == 0 {
+                    continue;
+                }
+                carry = Some(merged.slice(n - 1, 1));
+                emit(&merged.slice(0, n - 1))?;
+            }
+            Rewrite::Merge => emit(&batch)?,
+            Rewrite::DeleteWhere(pred) => {
+                let n = batch.num_rows();
+                let hit = pred.evaluate(&batch)?.into_array(n)?;
+                let hit = hit.as_boolean();
+                let keep: BooleanArray = (0..n)
+                    .map(|i| Some(!(hit.is_valid(i) && hit.value(i))))
+                    .collect();
+                let out = arrow::compute::filter_record_batch(&batch, &keep)?;
+                removed += (n - out.num_rows()) as u64;
+                emit(&out)?;
+            }
+        }
+    }
+    if let Some(c) = carry {
+        emit(&c)?;
+    }
+    writer.close()?;
+    if kept == 0 || (!merge && removed == 0) {
+        return Ok(Rewritten {
+            file: None,
+            rows_kept: kept,
+            rows_removed: removed,
+        });
+    }
+    let id = fs.catalog.alloc_ids(1)?;
+    let path = file_path(db, table.id, chunk_start, id);
+    let bytes = buf.len() as u64;
+    fs.store.put(&path, PutPayload::from(buf)).await?;
+    Ok(Rewritten {
+        file: Some(FileMeta {
+            id,
+            chunk_start,
+            chunk_end,
+            path: path.to_string(),
+            rows: kept,
+            bytes,
+            stats: stats.finish()?,
+        }),
+        rows_kept: kept,
+        rows_removed: removed,
+    })
+}
