@@ -166,7 +166,6 @@ const MESSAGE_RULES: &[(Scope, &[&str], &str)] = &[
     (Scope::Plan, &["no field named"], "42703"),
     (Scope::Plan, &["placeholder"], "42P02"),
     (Scope::Plan, &["parameter"], "42P02"),
-    (Scope::Exec, &["error parsing timestamp from '"], CAST),
     (Scope::Exec, &["cast"], CAST),
     (Scope::Exec, &["parse"], CAST),
     (Scope::Exec, &["invalid"], CAST),
@@ -298,7 +297,14 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             }
         }
         DataFusionError::Plan(m) => message_sqlstate(Scope::Plan, m).unwrap_or("42000"),
+        // Arrow's timestamp parser names the value it could not read: a cast error
+        // whatever else the message says.
+        DataFusionError::Execution(m) if timestamp_parse_value(m).is_some() => {
+            cast_message_sqlstate(m)
+        }
         DataFusionError::Execution(m) => message_sqlstate(Scope::Exec, m).unwrap_or("XX000"),
+        DataFusionError::ObjectStore(_) | DataFusionError::ParquetError(_) => "58030",
+        DataFusionError::IoError(_) => "58030",
         _ => "XX000",
     }
 }
@@ -458,6 +464,11 @@ mod tests {
             "Error parsing timestamp from '2024-02-30' using format".into(),
         ));
         assert_eq!(e.sqlstate(), "22008");
+        // The value is the user's: its words must not pick another code.
+        let odd = Error::DataFusion(DataFusionError::Execution(
+            "Error parsing timestamp from 'non-nullable' using format".into(),
+        ));
+        assert_eq!(odd.sqlstate(), "22007");
         assert_eq!(
             e.client_message(),
             "date/time field value out of range: \"2024-02-30\""

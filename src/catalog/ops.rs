@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Catalog, ColumnDef, DatabaseDef, FileMeta, Retention, SqlType, TableDef};
+use super::{Catalog, ColumnDef, DatabaseDef, FileMeta, Manifest, Retention, SqlType, TableDef};
 use crate::error::{Error, Result};
 
 /// A table to create: everything but the id, which the catalog assigns.
@@ -40,6 +40,7 @@ pub struct ColumnsWanted {
     /// Created with this definition when the table does not exist.
     pub table: NewTable,
     /// Columns to add when missing; `true` marks a tag (part of the series key).
+    /// None: the table must exist already (it is only looked up, never created).
     pub columns: Vec<(ColumnDef, bool)>,
 }
 
@@ -70,6 +71,14 @@ pub fn check_time_column(col: &ColumnDef) -> Result<()> {
             ),
         ))
     }
+}
+
+/// Table `table` of database `db` in a manifest being changed.
+fn table_mut<'a>(m: &'a mut Manifest, db: &str, table: &str) -> Result<&'a mut Arc<TableDef>> {
+    m.database_mut(db)?
+        .tables
+        .get_mut(table)
+        .ok_or_else(|| Error::UndefinedTable(table.to_string()))
 }
 
 fn not_hypertable(name: &str) -> Error {
@@ -138,16 +147,17 @@ impl Catalog {
         })
     }
 
-    /// `ALTER TABLE ... ADD COLUMN`: adds `columns` (`(definition, if_not_exists)`)
-    /// in one step. A NOT NULL column cannot join a table that has rows
-    /// (`has_rows_in_memory` tells about rows not yet in files). `Ok(false)`: the
-    /// table is absent and `if_exists`.
+    /// `ALTER TABLE ... ADD COLUMN`: adds `columns` (`(definition, if_not_exists)`,
+    /// or the error the statement's operation gave, checked in statement order) in
+    /// one step: nothing changes unless all succeed. A NOT NULL column cannot join a
+    /// table that has rows (`has_rows_in_memory` tells about rows not yet in files).
+    /// `Ok(false)`: the table is absent and `if_exists`.
     pub fn add_columns(
         &self,
         db: &str,
         table: &str,
         if_exists: bool,
-        columns: Vec<(ColumnDef, bool)>,
+        columns: Vec<Result<(ColumnDef, bool)>>,
         has_rows_in_memory: bool,
     ) -> Result<bool> {
         self.update(|m| {
@@ -157,7 +167,8 @@ impl Catalog {
                 }
                 return Err(Error::UndefinedTable(table.to_string()));
             };
-            for (mut c, if_not_exists) in columns {
+            for col in columns {
+                let (mut c, if_not_exists) = col?;
                 if t.column(&c.name).is_some() {
                     if if_not_exists {
                         continue;
@@ -193,11 +204,7 @@ impl Catalog {
         has_rows_in_memory: bool,
     ) -> Result<(u64, bool)> {
         self.update(|m| {
-            let t = m
-                .database_mut(db)?
-                .tables
-                .get_mut(table)
-                .ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+            let t = table_mut(m, db, table)?;
             if t.is_hypertable() {
                 if if_not_exists {
                     return Ok((t.id, false));
@@ -230,11 +237,7 @@ impl Catalog {
     /// the range it was cut with.
     pub fn set_chunk_interval(&self, db: &str, table: &str, micros: i64) -> Result<()> {
         self.update(|m| {
-            let t = m
-                .database_mut(db)?
-                .tables
-                .get_mut(table)
-                .ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+            let t = table_mut(m, db, table)?;
             if !t.is_hypertable() {
                 return Err(not_hypertable(table));
             }
@@ -258,11 +261,7 @@ impl Catalog {
         if_not_exists: bool,
     ) -> Result<i64> {
         self.update(|m| {
-            let t = m
-                .database_mut(db)?
-                .tables
-                .get_mut(table)
-                .ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+            let t = table_mut(m, db, table)?;
             if let Some(old) = &t.retention {
                 if if_not_exists {
                     tracing::info!(table = %t.name, same = old.drop_after_micros == policy.drop_after_micros,
@@ -285,11 +284,7 @@ impl Catalog {
     /// `remove_retention_policy`.
     pub fn remove_retention(&self, db: &str, table: &str, if_exists: bool) -> Result<()> {
         self.update(|m| {
-            let t = m
-                .database_mut(db)?
-                .tables
-                .get_mut(table)
-                .ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+            let t = table_mut(m, db, table)?;
             if t.retention.is_none() && !if_exists {
                 return Err(Error::sql(
                     "42704",
@@ -317,6 +312,15 @@ impl Catalog {
             for (wi, w) in wanted.iter().enumerate() {
                 let id_if_new = man.next_id;
                 let d = man.database_mut(db)?;
+                // A table that needs nothing is only looked up: one dropped since the
+                // caller saw it is not brought back.
+                if w.columns.is_empty() && !d.tables.contains_key(&w.table.name) {
+                    out.push(Err(format!(
+                        "table \"{}\" was dropped during the write",
+                        w.table.name
+                    )));
+                    continue;
+                }
                 let mut allocated = false;
                 let t = d.tables.entry(w.table.name.clone()).or_insert_with(|| {
                     allocated = true;

@@ -134,3 +134,36 @@ async fn retention(engine: Arc<Engine>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn stop_waits_for_loops_and_drops_deferred_work() {
+        let bg = Background::new(CancellationToken::new());
+        let finished = Arc::new(AtomicBool::new(false));
+        let deferred_ran = Arc::new(AtomicBool::new(false));
+        // A loop that, like the flusher, finishes its round after the token fires.
+        let (token, done) = (bg.token().clone(), finished.clone());
+        bg.tasks.lock().spawn(async move {
+            token.cancelled().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            done.store(true, Ordering::SeqCst);
+        });
+        let ran = deferred_ran.clone();
+        bg.spawn_deferred(Duration::from_secs(3600), async move {
+            ran.store(true, Ordering::SeqCst);
+        });
+        bg.stop().await;
+        assert!(
+            finished.load(Ordering::SeqCst),
+            "stop returned before the loop ended"
+        );
+        assert!(!deferred_ran.load(Ordering::SeqCst));
+        assert!(bg.tasks.lock().is_empty());
+    }
+}

@@ -427,11 +427,13 @@ impl Engine {
     /// Merges `files` (one chunk of `table`) into one and swaps it in.
     async fn compact_chunk(&self, db: &str, table: &TableDef, files: &[&FileMeta]) -> Result<()> {
         let out = rewrite::rewrite(&self.file_store(), db, table, files, Rewrite::Merge).await?;
-        let Some(meta) = out.file else {
-            return Ok(());
-        };
-        let (path, bytes) = (meta.path.clone(), meta.bytes);
-        // The new file takes the place of the oldest of them, keeping arrival order.
+        let (path, bytes) = out
+            .file
+            .as_ref()
+            .map(|m| (Some(m.path.clone()), m.bytes))
+            .unwrap_or((None, 0));
+        // The new file takes the place of the oldest of them, keeping arrival order
+        // (no file at all when no row was left).
         let mut edits: Vec<FileEdit> = files.iter().map(|f| (f.id, None)).collect();
         if let Some(first) = table
             .files
@@ -439,9 +441,19 @@ impl Engine {
             .find(|f| edits.iter().any(|(id, _)| *id == f.id))
             && let Some(e) = edits.iter_mut().find(|(id, _)| *id == first.id)
         {
-            e.1 = Some(meta);
+            e.1 = out.file;
         }
-        match self.writer.edit_files(table.id, &edits) {
+        let swapped = self
+            .writer
+            .edit_files(table.id, &edits)
+            .map_err(|e| match e {
+                Error::UndefinedTable(_) => {
+                    Error::Catalog("table dropped during compaction".into())
+                }
+                Error::Catalog(_) => Error::Catalog("chunk files changed during compaction".into()),
+                other => other,
+            });
+        match swapped {
             Ok(()) => {
                 self.writer
                     .stats
@@ -459,10 +471,12 @@ impl Engine {
                 Ok(())
             }
             Err(e) => {
-                let _ = self
-                    .store
-                    .delete(&object_store::path::Path::from(path.as_str()))
-                    .await;
+                if let Some(p) = path {
+                    let _ = self
+                        .store
+                        .delete(&object_store::path::Path::from(p.as_str()))
+                        .await;
+                }
                 Err(e)
             }
         }

@@ -1,7 +1,9 @@
-//! Query side: the hypertable table provider (chunk pruning by statistics, scans of
-//! Parquet files and memtable rows, last-write-wins merging), and the
-//! TimescaleDB-style system views (`timescaledb_information.*`).
+//! Query side: the connection's DataFusion context and catalog/schema providers,
+//! the hypertable table provider (chunk pruning by statistics, scans of Parquet
+//! files and memtable rows, last-write-wins merging), and the TimescaleDB-style
+//! system views (`timescaledb_information.*`).
 
+pub mod context;
 pub mod dedup;
 pub mod provider;
 pub mod system;

@@ -323,26 +323,22 @@ fn default_time_column(columns: &[ColumnDef]) -> Option<String> {
 
 fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
     let name = args::table_name(&at.name)?;
-    match s.engine.catalog().snapshot().table(&s.db, &name) {
-        Err(_) if at.if_exists => return Ok(Output::Command("ALTER TABLE".into())),
-        Err(e) => return Err(e),
-        Ok(_) => {}
-    }
-    let mut columns = vec![];
-    for op in &at.operations {
-        match op {
+    // Checked in statement order by the catalog: a bad definition or an
+    // unsupported operation fails the statement where it stands.
+    let columns = at
+        .operations
+        .iter()
+        .map(|op| match op {
             AlterTableOperation::AddColumn {
                 if_not_exists,
                 column_def: cd,
                 ..
-            } => columns.push((column_def(cd)?, *if_not_exists)),
-            other => {
-                return Err(Error::NotSupported(format!(
-                    "ALTER TABLE {other} is not supported"
-                )));
-            }
-        }
-    }
+            } => Ok((column_def(cd)?, *if_not_exists)),
+            other => Err(Error::NotSupported(format!(
+                "ALTER TABLE {other} is not supported"
+            ))),
+        })
+        .collect();
     let in_memory = has_rows_in_memory(s, &name);
     s.engine
         .catalog()

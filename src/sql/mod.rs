@@ -4,7 +4,6 @@
 
 pub mod args;
 pub mod chunks;
-pub mod context;
 pub mod copy;
 pub mod ddl;
 pub mod functions;
@@ -545,7 +544,13 @@ impl Session {
             db: db.to_string(),
             settings: settings.clone(),
         });
-        let ctx = context::new_context(&cat);
+        let pg = crate::query::context::PgSchemas {
+            pg_catalog: Arc::new(pg_catalog::CatalogSchema::pg_catalog(cat.clone())),
+            information_schema: Arc::new(pg_catalog::CatalogSchema::information_schema(
+                cat.clone(),
+            )),
+        };
+        let ctx = crate::query::context::new_context(&engine, db, pg);
         functions::register(&ctx, db, pid, settings.clone());
         chunks::register(&ctx, &engine, db);
         pg_catalog::functions::register(&ctx, cat);

@@ -84,20 +84,26 @@ pub async fn rewrite(
         LexOrdering::new(keys.iter().map(|i| {
             PhysicalSortExpr::new_default(Arc::new(PCol::new(schema.field(*i).name(), *i)))
         }));
-    // One partition per file, oldest first: the merge breaks ties by partition, so
-    // copies of a point come out in arrival order.
     let source = ParquetSource::new(schema.clone());
     let mut builder = FileScanConfigBuilder::new(fs.url.clone(), Arc::new(source));
-    for f in files {
-        builder =
-            builder.with_file_group(vec![PartitionedFile::new(f.path.clone(), f.bytes)].into());
+    let part = |f: &FileMeta| PartitionedFile::new(f.path.clone(), f.bytes);
+    let merge_sorted = ordering.is_some() && files.len() > 1;
+    if merge_sorted {
+        // One partition per file, oldest first: the merge breaks ties by partition,
+        // so copies of a point come out in arrival order.
+        for f in files {
+            builder = builder.with_file_group(vec![part(f)].into());
+        }
+    } else {
+        // One partition that reads every file in order: the plan runs partition 0.
+        builder = builder.with_file_group(files.iter().map(|f| part(f)).collect::<Vec<_>>().into());
     }
     if let Some(o) = &ordering {
         builder = builder.with_output_ordering(vec![o.clone()]);
     }
     let scan = DataSourceExec::from_data_source(builder.build());
     let plan: Arc<dyn ExecutionPlan> = match ordering {
-        Some(o) if files.len() > 1 => {
+        Some(o) if merge_sorted => {
             Arc::new(SortPreservingMergeExec::new(o, scan).with_round_robin_repartition(false))
         }
         _ => scan,

@@ -28,6 +28,8 @@ const LAYERS: &[(&str, u8)] = &[
 /// External crates a top-level module must not use.
 const FORBIDDEN: &[(&str, &[&str])] = &[
     ("server", &["parquet", "object_store"]),
+    // SQL asks the engine for storage work ("delete rows matching P in these files").
+    ("sql", &["parquet", "object_store"]),
     ("storage", &["pgwire", "sqlparser", "axum"]),
     ("wal", &["pgwire", "sqlparser", "axum", "parquet"]),
     ("catalog", &["pgwire", "sqlparser", "axum", "parquet"]),

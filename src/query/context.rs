@@ -1,6 +1,6 @@
 //! The DataFusion context of one connection: a catalog provider that exposes one
-//! database's tables, the TimescaleDB-style system views and PostgreSQL's catalogs,
-//! over the engine's shared runtime.
+//! database's tables, the TimescaleDB-style system views and the PostgreSQL
+//! catalogs the SQL layer provides, over the engine's shared runtime.
 
 use std::sync::Arc;
 
@@ -11,16 +11,21 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
-use super::pg_catalog::{CatalogCtx, CatalogSchema};
+use super::provider::HypertableProvider;
+use super::system;
 use crate::engine::Engine;
-use crate::query::provider::HypertableProvider;
-use crate::query::system;
 
-/// Builds the DataFusion context of one connection (to database `cat.db`).
-/// DataFusion's own `information_schema` is off: Sundial provides PostgreSQL's.
-pub fn new_context(cat: &Arc<CatalogCtx>) -> SessionContext {
-    let engine = &cat.engine;
-    let db = cat.db.as_str();
+/// PostgreSQL's catalog schemas, which the SQL layer builds for each connection.
+#[derive(Debug, Clone)]
+pub struct PgSchemas {
+    /// `pg_catalog`; also consulted for names `public` does not have.
+    pub pg_catalog: Arc<dyn SchemaProvider>,
+    pub information_schema: Arc<dyn SchemaProvider>,
+}
+
+/// Builds the DataFusion context of one connection to database `db`.
+/// DataFusion's own `information_schema` is off: `pg` provides PostgreSQL's.
+pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgSchemas) -> SessionContext {
     let mut cfg = SessionConfig::new()
         .with_default_catalog_and_schema(db, "public")
         .with_information_schema(false)
@@ -48,7 +53,7 @@ pub fn new_context(cat: &Arc<CatalogCtx>) -> SessionContext {
         Arc::new(DbCatalog {
             engine: engine.clone(),
             db: db.to_string(),
-            cat: cat.clone(),
+            pg,
         }),
     );
     ctx
@@ -59,7 +64,7 @@ pub fn new_context(cat: &Arc<CatalogCtx>) -> SessionContext {
 struct DbCatalog {
     engine: Arc<Engine>,
     db: String,
-    cat: Arc<CatalogCtx>,
+    pg: PgSchemas,
 }
 
 impl CatalogProvider for DbCatalog {
@@ -77,16 +82,14 @@ impl CatalogProvider for DbCatalog {
             "public" => Some(Arc::new(PublicSchema {
                 engine: self.engine.clone(),
                 db: self.db.clone(),
-                pg_catalog: CatalogSchema::pg_catalog(self.cat.clone()),
+                pg_catalog: self.pg.pg_catalog.clone(),
             })),
             system::INFO_SCHEMA => Some(Arc::new(system::InfoSchema::new(
                 self.engine.clone(),
                 self.db.clone(),
             ))),
-            "pg_catalog" => Some(Arc::new(CatalogSchema::pg_catalog(self.cat.clone()))),
-            "information_schema" => Some(Arc::new(CatalogSchema::information_schema(
-                self.cat.clone(),
-            ))),
+            "pg_catalog" => Some(self.pg.pg_catalog.clone()),
+            "information_schema" => Some(self.pg.information_schema.clone()),
             _ => None,
         }
     }
@@ -103,7 +106,7 @@ impl CatalogProvider for DbCatalog {
 struct PublicSchema {
     engine: Arc<Engine>,
     db: String,
-    pg_catalog: CatalogSchema,
+    pg_catalog: Arc<dyn SchemaProvider>,
 }
 
 #[async_trait]
@@ -129,7 +132,7 @@ impl SchemaProvider for PublicSchema {
                 self.db.clone(),
             )));
         }
-        Ok(self.pg_catalog.get(name))
+        self.pg_catalog.table(name).await
     }
 
     fn table_exist(&self, name: &str) -> bool {
