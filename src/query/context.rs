@@ -9,23 +9,27 @@ use datafusion::catalog::{CatalogProvider, SchemaProvider};
 use datafusion::datasource::TableProvider;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::optimizer::{Analyzer, AnalyzerRule};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use super::provider::HypertableProvider;
 use super::system;
 use crate::engine::Engine;
 
-/// PostgreSQL's catalog schemas, which the SQL layer builds for each connection.
+/// What the SQL layer adds to each connection's context: PostgreSQL's catalog
+/// schemas and the analyzer rules that must see plans before DataFusion's.
 #[derive(Debug, Clone)]
-pub struct PgSchemas {
+pub struct PgParts {
     /// `pg_catalog`; also consulted for names `public` does not have.
     pub pg_catalog: Arc<dyn SchemaProvider>,
     pub information_schema: Arc<dyn SchemaProvider>,
+    /// Run before DataFusion's own analyzer rules (type coercion among them).
+    pub first_rules: Vec<Arc<dyn AnalyzerRule + Send + Sync>>,
 }
 
 /// Builds the DataFusion context of one connection to database `db`.
 /// DataFusion's own `information_schema` is off: `pg` provides PostgreSQL's.
-pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgSchemas) -> SessionContext {
+pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContext {
     let mut cfg = SessionConfig::new()
         .with_default_catalog_and_schema(db, "public")
         .with_information_schema(false)
@@ -42,10 +46,17 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgSchemas) -> SessionCont
         // be read on several cores.
         o.optimizer.repartition_file_min_size = 256 * 1024;
     }
+    let rules = pg
+        .first_rules
+        .iter()
+        .cloned()
+        .chain(Analyzer::new().rules)
+        .collect();
     let state = SessionStateBuilder::new()
         .with_config(cfg)
         .with_runtime_env(engine.runtime().clone())
         .with_default_features()
+        .with_analyzer_rules(rules)
         .build();
     let ctx = SessionContext::new_with_state(state);
     ctx.register_catalog(
@@ -64,7 +75,7 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgSchemas) -> SessionCont
 struct DbCatalog {
     engine: Arc<Engine>,
     db: String,
-    pg: PgSchemas,
+    pg: PgParts,
 }
 
 impl CatalogProvider for DbCatalog {

@@ -544,11 +544,12 @@ impl Session {
             db: db.to_string(),
             settings: settings.clone(),
         });
-        let pg = crate::query::context::PgSchemas {
+        let pg = crate::query::context::PgParts {
             pg_catalog: Arc::new(pg_catalog::CatalogSchema::pg_catalog(cat.clone())),
             information_schema: Arc::new(pg_catalog::CatalogSchema::information_schema(
                 cat.clone(),
             )),
+            first_rules: functions::pgcoerce::first_rules(),
         };
         let ctx = crate::query::context::new_context(&engine, db, pg);
         functions::register(&ctx, db, pid, settings.clone());

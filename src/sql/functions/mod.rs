@@ -4,6 +4,7 @@
 
 pub mod histogram;
 pub mod pgcast;
+pub mod pgcoerce;
 pub mod pgtext;
 pub mod time_bucket;
 

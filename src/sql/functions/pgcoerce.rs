@@ -1,0 +1,156 @@
+//! PostgreSQL's operand types where `numeric` meets a float: PostgreSQL has no
+//! numeric-with-float8 operators, so the numeric side is cast to float8
+//! (`float8_col > 633.5`, `val * 1.5`, `val BETWEEN 0.5 AND 1.5`, `val IN (1.5, 2)`).
+//! DataFusion would instead cast the float to a decimal, which loses digits past
+//! its scale and fails on large values. This rule runs before DataFusion's own
+//! type coercion.
+
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DFSchema, ExprSchema};
+use datafusion::error::Result;
+use datafusion::logical_expr::expr::{Between, BinaryExpr, Cast, InList};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Operator};
+use datafusion::optimizer::AnalyzerRule;
+
+/// The analyzer rule; see the module documentation.
+#[derive(Debug, Default)]
+pub struct NumericMeetsFloat;
+
+fn is_float(t: &DataType) -> bool {
+    matches!(t, DataType::Float16 | DataType::Float32 | DataType::Float64)
+}
+
+fn is_numeric(t: &DataType) -> bool {
+    matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..))
+}
+
+/// Operators PostgreSQL resolves by the operand types (comparison and arithmetic;
+/// not `%`, which PostgreSQL does not have for float8).
+fn typed_by_operands(op: &Operator) -> bool {
+    use Operator::*;
+    matches!(
+        op,
+        Eq | NotEq
+            | Lt
+            | LtEq
+            | Gt
+            | GtEq
+            | IsDistinctFrom
+            | IsNotDistinctFrom
+            | Plus
+            | Minus
+            | Multiply
+            | Divide
+    )
+}
+
+fn to_float8(e: Expr) -> Expr {
+    Expr::Cast(Cast::new(Box::new(e), DataType::Float64))
+}
+
+/// `e` cast to float8 when it is numeric.
+fn float_if_numeric(e: Box<Expr>, schema: &DFSchema) -> (Box<Expr>, bool) {
+    match e.get_type(schema as &dyn ExprSchema) {
+        Ok(t) if is_numeric(&t) => (Box::new(to_float8(*e)), true),
+        _ => (e, false),
+    }
+}
+
+fn type_of(e: &Expr, schema: &DFSchema) -> Option<DataType> {
+    e.get_type(schema as &dyn ExprSchema).ok()
+}
+
+fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    Ok(match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if typed_by_operands(&op) => {
+            let (lt, rt) = (type_of(&left, schema), type_of(&right, schema));
+            match (lt, rt) {
+                (Some(l), Some(r)) if is_float(&l) && is_numeric(&r) => Transformed::yes(
+                    Expr::BinaryExpr(BinaryExpr::new(left, op, Box::new(to_float8(*right)))),
+                ),
+                (Some(l), Some(r)) if is_numeric(&l) && is_float(&r) => Transformed::yes(
+                    Expr::BinaryExpr(BinaryExpr::new(Box::new(to_float8(*left)), op, right)),
+                ),
+                _ => Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op, right })),
+            }
+        }
+        Expr::Between(Between {
+            expr,
+            negated,
+            low,
+            high,
+        }) => {
+            let types = [&expr, &low, &high].map(|e| type_of(e, schema));
+            let any_float = types.iter().flatten().any(is_float);
+            let any_numeric = types.iter().flatten().any(is_numeric);
+            if any_float && any_numeric {
+                let (expr, _) = float_if_numeric(expr, schema);
+                let (low, _) = float_if_numeric(low, schema);
+                let (high, _) = float_if_numeric(high, schema);
+                Transformed::yes(Expr::Between(Between::new(expr, negated, low, high)))
+            } else {
+                Transformed::no(Expr::Between(Between::new(expr, negated, low, high)))
+            }
+        }
+        Expr::InList(InList {
+            expr,
+            list,
+            negated,
+        }) => {
+            let types: Vec<Option<DataType>> = std::iter::once(&*expr)
+                .chain(list.iter())
+                .map(|e| type_of(e, schema))
+                .collect();
+            let any_float = types.iter().flatten().any(is_float);
+            let any_numeric = types.iter().flatten().any(is_numeric);
+            if any_float && any_numeric {
+                let (expr, _) = float_if_numeric(expr, schema);
+                let list = list
+                    .into_iter()
+                    .map(|e| *float_if_numeric(Box::new(e), schema).0)
+                    .collect();
+                Transformed::yes(Expr::InList(InList::new(expr, list, negated)))
+            } else {
+                Transformed::no(Expr::InList(InList::new(expr, list, negated)))
+            }
+        }
+        other => Transformed::no(other),
+    })
+}
+
+impl AnalyzerRule for NumericMeetsFloat {
+    fn name(&self) -> &str {
+        "sundial_numeric_meets_float"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        let out = plan.transform_up_with_subqueries(|node| {
+            let mut schema = DFSchema::empty();
+            for input in node.inputs() {
+                schema.merge(input.schema());
+            }
+            let names = NamePreserver::new(&node);
+            let node = node.map_expressions(|e| {
+                let saved = names.save(&e);
+                let rewritten = e.transform_up(|e| rewrite(e, &schema))?;
+                Ok(rewritten.update_data(|e| saved.restore(e)))
+            })?;
+            if node.transformed {
+                node.map_data(|p| p.recompute_schema())
+            } else {
+                Ok(node)
+            }
+        })?;
+        Ok(out.data)
+    }
+}
+
+/// Rules that must run before DataFusion's analyzer rules.
+pub fn first_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
+    vec![Arc::new(NumericMeetsFloat)]
+}
