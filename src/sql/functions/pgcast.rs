@@ -1,6 +1,7 @@
 //! PostgreSQL semantics DataFusion lacks, applied by one analyzer rule:
 //! float/numeric → integer casts round (`pg_rint`: half to even for floats, half
-//! away from zero for numeric) and integer `+ - *` raise 22003 on overflow.
+//! away from zero for numeric), `round(float8)` is `rint` (half to even), and
+//! integer `+ - *` raise 22003 on overflow.
 
 use std::sync::Arc;
 
@@ -211,6 +212,18 @@ impl AnalyzerRule for RoundingCasts {
                             }
                             _ => Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op, right })),
                         });
+                    }
+                    // round(float8) is rint in PostgreSQL: halves go to the even
+                    // neighbour (DataFusion's round goes away from zero).
+                    if let Expr::ScalarFunction(f) = &e
+                        && f.func.name() == "round"
+                        && let [arg] = f.args.as_slice()
+                        && let Ok(DataType::Float32 | DataType::Float64) =
+                            arg.get_type(&schema as &dyn ExprSchema)
+                    {
+                        return Ok(Transformed::yes(Expr::ScalarFunction(
+                            ScalarFunction::new_udf(rint.clone(), vec![arg.clone()]),
+                        )));
                     }
                     let Expr::Cast(Cast { expr, field }) = e else {
                         return Ok(Transformed::no(e));
