@@ -202,6 +202,7 @@ impl VisitorMut for Normalize {
         pg_catalog::rewrite::prune_empty(q);
         pg_catalog::rewrite::in_subquery_outside_filter(q);
         pg_catalog::rewrite::sort_by_subquery(q);
+        pg_catalog::rewrite::distinct_order_by(q);
         ControlFlow::Continue(())
     }
 

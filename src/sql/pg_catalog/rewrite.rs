@@ -927,6 +927,36 @@ fn has_subquery(e: &Expr) -> bool {
     f.0
 }
 
+/// `SELECT DISTINCT a + b AS s ... ORDER BY a + b`: PostgreSQL accepts an ORDER BY
+/// expression that is one of the select-list expressions; DataFusion wants the
+/// select item itself. Such keys become the item's position (`ORDER BY 1`).
+pub fn distinct_order_by(q: &mut ast::Query) {
+    let SetExpr::Select(sel) = q.body.as_ref() else {
+        return;
+    };
+    if !matches!(sel.distinct, Some(ast::Distinct::Distinct)) {
+        return;
+    }
+    let Some(ob) = &mut q.order_by else {
+        return;
+    };
+    let ast::OrderByKind::Expressions(keys) = &mut ob.kind else {
+        return;
+    };
+    for k in keys.iter_mut() {
+        if matches!(k.expr, Expr::Identifier(_) | Expr::Value(_)) {
+            continue;
+        }
+        let pos = sel.projection.iter().position(|item| match item {
+            SelectItem::UnnamedExpr(x) | SelectItem::ExprWithAlias { expr: x, .. } => *x == k.expr,
+            _ => false,
+        });
+        if let Some(i) = pos {
+            k.expr = Expr::value(ast::Value::Number((i + 1).to_string(), false));
+        }
+    }
+}
+
 /// DataFusion cannot sort by an expression holding a subquery (Grafana's table picker
 /// orders by `CASE WHEN schema IN (SELECT ...) THEN 0 ELSE 1 END`): such a query is
 /// turned into `SELECT names FROM (SELECT items, sort keys AS __sundial_sortN ...)
