@@ -61,6 +61,9 @@ pub enum Prepared {
         names: Option<Vec<String>>,
         /// `time_bucket_gapfill`: the result is completed after the plan runs.
         gapfill: Option<Arc<gapfill::Spec>>,
+        /// The result columns as execution will produce them (after type coercion),
+        /// for Describe; `None` when only the unanalyzed plan's schema is known.
+        described: Option<SchemaRef>,
     },
     /// Handled by Sundial itself.
     Native(Box<Statement>),
@@ -576,7 +579,26 @@ impl Session {
         stmt: Statement,
         declared: &[Option<arrow::datatypes::DataType>],
     ) -> Result<Prepared> {
-        self.prepare_in(&self.ctx.state(), stmt, declared).await
+        let state = self.ctx.state();
+        let mut p = self.prepare_in(&state, stmt, declared).await?;
+        // Describe must announce the types the rows will have: the unanalyzed plan
+        // types `CASE WHEN .. THEN 100 ELSE 523.5 END` by its first branch (bigint)
+        // while execution yields numeric, and a binary-format client would read the
+        // numeric bytes as a bigint.
+        if let Prepared::Plan {
+            plan,
+            is_dml: false,
+            described,
+            ..
+        } = &mut p
+            && let Ok(analyzed) =
+                state
+                    .analyzer()
+                    .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
+        {
+            *described = Some(Arc::new(analyzed.schema().as_arrow().clone()));
+        }
+        Ok(p)
     }
 
     /// [`Session::prepare_typed`] with a session state the caller goes on using.
@@ -617,6 +639,7 @@ impl Session {
             is_dml,
             names,
             gapfill: fill,
+            described: None,
         })
     }
 
@@ -633,6 +656,7 @@ impl Session {
                 is_dml,
                 names,
                 gapfill: fill,
+                ..
             } => {
                 let plan = match params {
                     Some(p) => plan.clone().with_param_values(p)?,
@@ -724,6 +748,7 @@ impl Session {
             is_dml: false,
             names,
             gapfill: None,
+            ..
         } = &p
             && let Some(tables) = plan_cache::cacheable(plan)
         {

@@ -277,6 +277,36 @@ async fn all_types_round_trip_binary() {
     );
 }
 
+/// Describe announces the types execution produces: a CASE that mixes an integer
+/// and a numeric branch is numeric (the unanalyzed plan typed it by its first branch,
+/// bigint, and binary-format clients read the numeric bytes as 281474976710657).
+#[tokio::test]
+async fn described_types_are_the_coerced_ones() {
+    let server = TestServer::start();
+    let client = server.connect("sundial").await;
+    client
+        .batch_execute(
+            "CREATE TABLE w (time timestamptz NOT NULL, bytes bigint); \
+             INSERT INTO w VALUES ('2024-01-01 00:00:00+00', 1000), ('2024-01-02 00:00:00+00', 5)",
+        )
+        .await
+        .expect("setup");
+    let rows = client
+        .query(
+            "SELECT CASE WHEN bytes > 10 THEN 100 ELSE 523.5 END AS x, \
+                    COALESCE(bytes, 2.5) AS y FROM w ORDER BY time",
+            &[],
+        )
+        .await
+        .expect("select");
+    assert_eq!(rows[0].columns()[0].type_(), &Type::NUMERIC);
+    assert_eq!(rows[0].columns()[1].type_(), &Type::NUMERIC);
+    let x: Vec<Decimal> = rows.iter().map(|r| r.get::<_, Decimal>("x")).collect();
+    assert_eq!(x, [Decimal::from(100), Decimal::new(5235, 1)]);
+    let y: Vec<Decimal> = rows.iter().map(|r| r.get::<_, Decimal>("y")).collect();
+    assert_eq!(y, [Decimal::from(1000), Decimal::from(5)]);
+}
+
 #[tokio::test]
 async fn all_types_round_trip_text() {
     let server = TestServer::start();

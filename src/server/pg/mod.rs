@@ -486,15 +486,16 @@ fn result_schema(p: &Prepared) -> Option<SchemaRef> {
             plan,
             is_dml,
             names,
+            described,
             ..
         } => {
             if *is_dml {
                 None
             } else {
-                Some(sql::names::rename(
-                    Arc::new(plan.schema().as_arrow().clone()),
-                    names.as_deref(),
-                ))
+                let schema = described
+                    .clone()
+                    .unwrap_or_else(|| Arc::new(plan.schema().as_arrow().clone()));
+                Some(sql::names::rename(schema, names.as_deref()))
             }
         }
         Prepared::Native(stmt) => {
