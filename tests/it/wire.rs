@@ -307,6 +307,47 @@ async fn described_types_are_the_coerced_ones() {
     assert_eq!(y, [Decimal::from(1000), Decimal::from(5)]);
 }
 
+/// A `numeric` column without a typmod reads the same in binary as in text: each
+/// value with its own scale (`100`, not `100.0000000000`).
+#[tokio::test]
+async fn untyped_numeric_binary_equals_text() {
+    let server = TestServer::start();
+    let client = server.connect("sundial").await;
+    client
+        .batch_execute(
+            "CREATE TABLE nu (time timestamptz NOT NULL, n numeric); \
+             INSERT INTO nu VALUES ('2024-01-01 00:00:00+00', 100), ('2024-01-02 00:00:00+00', 12.5), \
+             ('2024-01-03 00:00:00+00', -0.0001), ('2024-01-04 00:00:00+00', 0), \
+             ('2024-01-05 00:00:00+00', 123456789.0123456789), ('2024-01-06 00:00:00+00', NULL)",
+        )
+        .await
+        .expect("setup");
+    let binary: Vec<Option<String>> = client
+        .query("SELECT n FROM nu ORDER BY time", &[])
+        .await
+        .expect("select")
+        .iter()
+        .map(|r| r.get::<_, Option<Decimal>>(0).map(|d| d.to_string()))
+        .collect();
+    let text: Vec<Option<String>> = text_rows(&client, "SELECT n FROM nu ORDER BY time")
+        .await
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
+    assert_eq!(binary, text);
+    assert_eq!(
+        text,
+        [
+            s("100"),
+            s("12.5"),
+            s("-0.0001"),
+            s("0"),
+            s("123456789.0123456789"),
+            None
+        ]
+    );
+}
+
 #[tokio::test]
 async fn all_types_round_trip_text() {
     let server = TestServer::start();

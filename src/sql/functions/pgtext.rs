@@ -87,7 +87,80 @@ pub fn trimmed_decimal(v: i128, scale: i8) -> String {
     }
 }
 
-/// Replaces text-format columns of those types by their PostgreSQL text.
+/// PostgreSQL's binary `numeric` of `v × 10^-scale` with the value's own scale
+/// (trailing fractional zeros dropped, as its text form prints): ndigits, weight,
+/// sign, dscale, then base-10000 digits.
+pub fn pg_numeric_binary(v: i128, scale: u32) -> Vec<u8> {
+    let mut u = v.unsigned_abs();
+    let mut dscale = scale;
+    while dscale > 0 && u.is_multiple_of(10) {
+        u /= 10;
+        dscale -= 1;
+    }
+    let pow = 10u128.pow(dscale);
+    let (mut int, frac) = (u / pow, u % pow);
+    let mut digits: Vec<i16> = vec![];
+    while int > 0 {
+        digits.push((int % 10_000) as i16);
+        int /= 10_000;
+    }
+    digits.reverse();
+    let mut weight = digits.len() as i16 - 1;
+    let frac_groups = dscale.div_ceil(4);
+    let mut f = frac * 10u128.pow(frac_groups * 4 - dscale);
+    let mut fd = vec![0i16; frac_groups as usize];
+    for d in fd.iter_mut().rev() {
+        *d = (f % 10_000) as i16;
+        f /= 10_000;
+    }
+    digits.extend(fd);
+    let lead = digits.iter().take_while(|d| **d == 0).count();
+    digits.drain(..lead);
+    weight -= lead as i16;
+    while digits.last() == Some(&0) {
+        digits.pop();
+    }
+    if digits.is_empty() {
+        weight = 0;
+    }
+    let sign: u16 = if v < 0 && !digits.is_empty() {
+        0x4000
+    } else {
+        0
+    };
+    let mut out = Vec::with_capacity(8 + 2 * digits.len());
+    out.extend_from_slice(&(digits.len() as i16).to_be_bytes());
+    out.extend_from_slice(&weight.to_be_bytes());
+    out.extend_from_slice(&sign.to_be_bytes());
+    out.extend_from_slice(&(dscale as u16).to_be_bytes());
+    for d in digits {
+        out.extend_from_slice(&d.to_be_bytes());
+    }
+    out
+}
+
+/// Binary-format `numeric` columns without a typmod (kept with 10 fractional digits)
+/// as PostgreSQL's binary numeric of each value's own scale, so binary results equal
+/// the text ones (`100`, not `100.0000000000`). The encoder writes the bytes as they are.
+fn to_binary(c: &ArrayRef) -> Option<ArrayRef> {
+    let DataType::Decimal128(38, s) = c.data_type() else {
+        return None;
+    };
+    if *s != crate::catalog::ANY_NUMERIC_SCALE {
+        return None;
+    }
+    let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
+    let out: arrow::array::BinaryArray = (0..a.len())
+        .map(|i| {
+            a.is_valid(i)
+                .then(|| pg_numeric_binary(a.value(i), *s as u32))
+        })
+        .collect();
+    Some(Arc::new(out))
+}
+
+/// Replaces text-format columns of those types by their PostgreSQL text, and
+/// binary-format `numeric` columns without a typmod by PostgreSQL's binary numeric.
 pub fn pg_text_batch(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordBatch> {
     let schema = batch.schema();
     let mut changed = false;
@@ -98,11 +171,17 @@ pub fn pg_text_batch(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
             .get(i)
             .map(|fi| fi.format() == FieldFormat::Text)
             .unwrap_or(false);
-        let converted = if text { to_text(c)? } else { None };
+        let converted = if text {
+            to_text(c)?.map(|a| (a, DataType::Utf8))
+        } else if fields.get(i).is_some() {
+            to_binary(c).map(|a| (a, DataType::Binary))
+        } else {
+            None
+        };
         match converted {
-            Some(a) => {
+            Some((a, dt)) => {
                 changed = true;
-                out_fields.push(f.as_ref().clone().with_data_type(DataType::Utf8));
+                out_fields.push(f.as_ref().clone().with_data_type(dt));
                 cols.push(a);
             }
             None => {
@@ -325,6 +404,38 @@ pub fn interval(months: i32, days: i32, micros: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Expected bytes from PostgreSQL 15.18: `SELECT numeric_send('x'::numeric)`.
+    #[test]
+    fn numeric_binary_like_postgres() {
+        let hex = |b: Vec<u8>| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let scaled = |text: &str| -> i128 {
+            let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+            let neg = int.starts_with('-');
+            let digits = format!("{}{:0<10}", int.trim_start_matches('-'), frac);
+            let v: i128 = digits.parse().expect("digits");
+            if neg { -v } else { v }
+        };
+        for (text, pg) in [
+            ("100", "00010000000000000064"),
+            ("12.5", "0002000000000001000c1388"),
+            ("-0.0001", "0001ffff400000040001"),
+            ("0", "0000000000000000"),
+            ("0.00001", "0001fffe0000000503e8"),
+            ("10000", "00010001000000000001"),
+            (
+                "123456789.0123456789",
+                "000600020000000a000109291a85007b11d722c4",
+            ),
+            (
+                "-99999999999999999999999999.5",
+                "00080006400000010063270f270f270f270f270f270f1388",
+            ),
+            ("1.1", "0002000000000001000103e8"),
+        ] {
+            assert_eq!(hex(pg_numeric_binary(scaled(text), 10)), pg, "{text}");
+        }
+    }
 
     #[test]
     fn floats_like_postgres() {
