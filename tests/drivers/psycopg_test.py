@@ -58,5 +58,15 @@ with c.step("select raw rows, binary result format", rq):
         cur.execute(rq)
         check_rows_python(c, cur.fetchall())
 
+with c.step("ParameterStatus follows SET TimeZone", "SET TimeZone = 'Europe/Berlin'"):
+    conn.execute("SET TimeZone = 'Europe/Berlin'")
+    c.eq("TimeZone parameter status after SET", conn.info.parameter_status("TimeZone"),
+         "Europe/Berlin")
+    conn.execute("SET application_name = 'drv'")
+    c.eq("application_name parameter status", conn.info.parameter_status("application_name"),
+         "drv")
+    conn.execute("RESET TimeZone")
+    c.eq("TimeZone parameter status after RESET", conn.info.parameter_status("TimeZone"), "UTC")
+
 conn.close()
 c.finish()

@@ -32,6 +32,7 @@ use pgwire::api::{
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -346,6 +347,49 @@ fn to_response(c: &Conn, out: Output, format: &Format) -> PgWireResult<Response>
     })
 }
 
+/// Settings PostgreSQL 15 reports to the client whenever they change (GUC_REPORT):
+/// the session's key and the name on the wire. Drivers follow them (psycopg and
+/// pgjdbc read TimeZone to interpret timestamps).
+const REPORTED: [(&str, &str); 8] = [
+    ("timezone", "TimeZone"),
+    ("datestyle", "DateStyle"),
+    ("intervalstyle", "IntervalStyle"),
+    ("application_name", "application_name"),
+    ("client_encoding", "client_encoding"),
+    ("standard_conforming_strings", "standard_conforming_strings"),
+    (
+        "default_transaction_read_only",
+        "default_transaction_read_only",
+    ),
+    ("session_authorization", "session_authorization"),
+];
+
+/// The current values of [`REPORTED`].
+fn reported(c: &Conn) -> Vec<Option<String>> {
+    let s = c.session.settings.read();
+    REPORTED.iter().map(|(k, _)| s.get(*k).cloned()).collect()
+}
+
+/// Sends a ParameterStatus for each reported setting that changed since `before`.
+async fn report_changes<C>(client: &mut C, c: &Conn, before: &[Option<String>]) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let now = reported(c);
+    for ((_, name), (was, is)) in REPORTED.iter().zip(before.iter().zip(now)) {
+        if let Some(v) = is.filter(|v| was.as_ref() != Some(v)) {
+            client
+                .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
+                    name.to_string(),
+                    v,
+                )))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
 fn fresh_cancel(c: &Conn) {
     *c.cancel.lock() = CancellationToken::new();
 }
@@ -363,6 +407,7 @@ impl SimpleQueryHandler for Handler {
         let _active = Active::new(&self.active);
         fresh_cancel(&c);
         let metrics = c.session.engine.metrics();
+        let before = reported(&c);
         let steps = match c.session.steps(query) {
             Ok(s) => s,
             Err(e) => return Ok(vec![Response::Error(Box::new(err_info(e)))]),
@@ -389,6 +434,7 @@ impl SimpleQueryHandler for Handler {
                 }
             }
         }
+        report_changes(client, &c, &before).await?;
         let _ = client.flush().await;
         Ok(out)
     }
@@ -606,6 +652,7 @@ impl ExtendedQueryHandler for Handler {
             Some(coerce_params(values, &types).map_err(to_pg)?)
         };
         let started = std::time::Instant::now();
+        let before = reported(&c);
         let out = std::panic::AssertUnwindSafe(c.session.execute(prepared, params))
             .catch_unwind()
             .await
@@ -614,6 +661,7 @@ impl ExtendedQueryHandler for Handler {
             .engine
             .metrics()
             .sql_query(started.elapsed(), out.is_err());
+        report_changes(client, &c, &before).await?;
         to_response(&c, out.map_err(to_pg)?, &portal.result_column_format)
     }
 }
