@@ -44,6 +44,10 @@ pub const ROLE_DATABASE_OWNER: i32 = 6171;
 /// First oid of user objects (PostgreSQL's `FirstNormalObjectId`).
 pub const FIRST_USER_OID: i64 = 16384;
 
+/// The TimescaleDB release whose SQL interface Sundial follows, as `pg_extension`
+/// reports it (catalog ids start at 1, so oid 16384 is free for the extension row).
+pub const TIMESCALEDB_VERSION: &str = "2.28.0";
+
 /// `pg_class` oid of `pg_class` itself, used by `obj_description(oid, 'pg_class')`.
 pub const PG_CLASS_OID: i32 = 1259;
 
@@ -1244,7 +1248,6 @@ pub const EMPTY_RELS: &[&str] = &[
     "pg_description",
     "pg_enum",
     "pg_event_trigger",
-    "pg_extension",
     "pg_foreign_table",
     "pg_index",
     "pg_indexes",
@@ -1395,6 +1398,29 @@ fn pg_rows(ctx: &CatalogCtx, rel: &str) -> Vec<Row> {
                 ]
             })
             .collect(),
+        // PostgreSQL's plpgsql, and timescaledb in `public` as TimescaleDB installs
+        // itself (Grafana and other tools look here to enable their TimescaleDB SQL).
+        "pg_extension" => [
+            (13559, "plpgsql", NS_PG_CATALOG, "1.0"),
+            (
+                FIRST_USER_OID as i32,
+                "timescaledb",
+                NS_PUBLIC,
+                TIMESCALEDB_VERSION,
+            ),
+        ]
+        .into_iter()
+        .map(|(oid, name, ns, version)| {
+            vec![
+                ("oid", i(oid)),
+                ("extname", s(name)),
+                ("extowner", i(ROLE_OWNER)),
+                ("extnamespace", i(ns)),
+                ("extrelocatable", V::B(false)),
+                ("extversion", s(version)),
+            ]
+        })
+        .collect(),
         "pg_am" => vec![
             vec![("oid", i(2)), ("amname", s("heap")), ("amtype", s("t"))],
             vec![("oid", i(403)), ("amname", s("btree")), ("amtype", s("i"))],
