@@ -4,7 +4,9 @@
 defs.rs holds the static catalog tables Sundial emulates: for every pg_catalog
 relation and information_schema view it provides, the PostgreSQL oid, relkind and
 columns (each with a coarse type tag of `enum T` in src/sql/pg_catalog/mod.rs), and
-the built-in rows of pg_type it knows. Which relations and types are emitted, and in
+the built-in rows of pg_type it knows, and every setting with the value SHOW prints
+on a fresh cluster (less the machine- and initdb-dependent ones in SETTINGS_SKIPPED).
+Which relations and types are emitted, and in
 which order, is fixed by the lists PG_CATALOG_RELS, INFO_SCHEMA_RELS and TYPE_OIDS
 below (add a name or oid there to emit one more); everything else (oids, relkinds,
 column names and order, column types, every pg_type field and format_type output) is
@@ -165,7 +167,8 @@ HEADER = """\
 //! by hand (the script's docstring says how to regenerate it).
 //!
 //! Static definitions: the columns of every `pg_catalog` relation and `information_schema`
-//! view Sundial provides, and the built-in rows of `pg_type`.
+//! view Sundial provides, the built-in rows of `pg_type`, and PostgreSQL's settings with
+//! their defaults.
 
 use super::T::*;
 use super::{RelDef, Ty};
@@ -186,6 +189,9 @@ MAX_WIDTH = 100
 
 SEP = "\x1f"  # field separator for psql's unaligned output; never in catalog names
 
+
+SETTINGS_DOC = """/// PostgreSQL 15's settings as `SHOW` prints them on a fresh cluster (lower-case name,
+/// value, short description), less those that describe one machine or initdb run."""
 
 def die(msg):
     print(f"gen-pg-catalog-defs: {msg}", file=sys.stderr)
@@ -366,6 +372,51 @@ def emit_type(out, row):
     out.append("    },")
 
 
+# Settings whose value on a fresh cluster says something about that machine or that
+# initdb run (paths, ports, locale, memory sizes initdb probed, the build): not emitted.
+# Sundial's own session settings (src/sql/session.rs) take precedence over the rest.
+SETTINGS_SKIPPED = {
+    "config_file", "data_directory", "hba_file", "ident_file", "external_pid_file",
+    "unix_socket_directories", "unix_socket_group", "unix_socket_permissions",
+    "listen_addresses", "port", "krb_server_keyfile", "ssl_cert_file", "ssl_key_file",
+    "ssl_ca_file", "ssl_crl_file", "ssl_crl_dir", "ssl_dh_params_file", "log_directory",
+    "lc_collate", "lc_ctype", "lc_messages", "lc_monetary", "lc_numeric", "lc_time",
+    "timezone", "log_timezone", "datestyle", "default_text_search_config",
+    "shared_buffers", "max_connections", "dynamic_shared_memory_type", "data_checksums",
+    "server_version", "server_version_num", "shared_memory_size",
+    "shared_memory_size_in_huge_pages", "huge_page_size", "block_size", "wal_block_size",
+    "segment_size", "wal_segment_size", "max_function_args", "max_index_keys",
+    "max_identifier_length", "debug_assertions", "data_directory_mode", "integer_datetimes",
+    "in_hot_standby", "is_superuser", "session_authorization", "application_name",
+    "cluster_name", "event_source", "syslog_facility", "syslog_ident", "log_filename",
+    "log_destination", "logging_collector", "stats_temp_directory", "ssl_library",
+    "effective_io_concurrency", "maintenance_io_concurrency", "wal_sync_method",
+    "archive_cleanup_command", "restore_command", "recovery_end_command",
+}
+
+
+def fetch_settings(db):
+    """[(name, value as SHOW prints it, short description)] of every setting."""
+    rows = db.rows(
+        "SELECT lower(name), current_setting(name), short_desc FROM pg_settings ORDER BY 1", 3
+    )
+    return [r for r in rows if r[0] not in SETTINGS_SKIPPED]
+
+
+def emit_setting(out, name, value, desc):
+    # rustfmt keeps a tuple on one line when its items, joined by ", ", take at most
+    # 60 columns (fn_call_width) and the line fits.
+    inner = ", ".join(rust_str(v) for v in (name, value, desc))
+    one = f"    ({inner}),"
+    if len(inner) <= 60 and len(one) <= MAX_WIDTH:
+        out.append(one)
+        return
+    out.append("    (")
+    for v in (name, value, desc):
+        out.append(f"        {rust_str(v)},")
+    out.append("    ),")
+
+
 def main():
     ap = argparse.ArgumentParser(
         description="Print src/sql/pg_catalog/defs.rs regenerated from a PostgreSQL 15 server."
@@ -384,6 +435,7 @@ def main():
     pg_rels = fetch_rels(db, "pg_catalog", PG_CATALOG_RELS)
     info_rels = fetch_rels(db, "information_schema", INFO_SCHEMA_RELS)
     types = fetch_types(db, TYPE_OIDS)
+    settings = fetch_settings(db)
 
     out = [HEADER, PG_CATALOG_DOC, "pub const PG_CATALOG_RELS: &[RelDef] = &["]
     for rel in pg_rels:
@@ -394,6 +446,9 @@ def main():
     out += ["];", "", TYPES_DOC, "pub const TYPES: &[Ty] = &["]
     for row in types:
         emit_type(out, row)
+    out += ["];", "", SETTINGS_DOC, "pub const SETTINGS: &[(&str, &str, &str)] = &["]
+    for row in settings:
+        emit_setting(out, *row)
     out.append("];")
     sys.stdout.write("\n".join(out) + "\n")
 

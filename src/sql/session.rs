@@ -46,6 +46,12 @@ pub fn default_settings(db: &str, user: &str) -> Settings {
     ] {
         m.insert(k.to_string(), v.to_string());
     }
+    // Every other setting of PostgreSQL 15 with its default, so SHOW and
+    // current_setting answer as PostgreSQL would (SQLAlchemy reads
+    // default_table_access_method, tools read work_mem, max_connections, ...).
+    for (k, v, _) in super::pg_catalog::defs::SETTINGS {
+        m.entry(k.to_string()).or_insert_with(|| v.to_string());
+    }
     m.insert("server_version".into(), "15.6".into());
     m.insert("session_authorization".into(), user.to_string());
     m.insert("sundial.database".into(), db.to_string());

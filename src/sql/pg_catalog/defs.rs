@@ -2,7 +2,8 @@
 //! by hand (the script's docstring says how to regenerate it).
 //!
 //! Static definitions: the columns of every `pg_catalog` relation and `information_schema`
-//! view Sundial provides, and the built-in rows of `pg_type`.
+//! view Sundial provides, the built-in rows of `pg_type`, and PostgreSQL's settings with
+//! their defaults.
 
 use super::T::*;
 use super::{RelDef, Ty};
@@ -2186,4 +2187,1396 @@ pub const TYPES: &[Ty] = &[
         collation: 0,
         display: "regrole",
     },
+];
+
+/// PostgreSQL 15's settings as `SHOW` prints them on a fresh cluster (lower-case name,
+/// value, short description), less those that describe one machine or initdb run.
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    (
+        "allow_in_place_tablespaces",
+        "off",
+        "Allows tablespaces directly inside pg_tblspc, for testing.",
+    ),
+    (
+        "allow_system_table_mods",
+        "off",
+        "Allows modifications of the structure of system tables.",
+    ),
+    (
+        "archive_command",
+        "(disabled)",
+        "Sets the shell command that will be called to archive a WAL file.",
+    ),
+    (
+        "archive_library",
+        "",
+        "Sets the library that will be called to archive a WAL file.",
+    ),
+    (
+        "archive_mode",
+        "off",
+        "Allows archiving of WAL files using archive_command.",
+    ),
+    (
+        "archive_timeout",
+        "0",
+        "Sets the amount of time to wait before forcing a switch to the next WAL file.",
+    ),
+    (
+        "array_nulls",
+        "on",
+        "Enable input of NULL elements in arrays.",
+    ),
+    (
+        "authentication_timeout",
+        "1min",
+        "Sets the maximum allowed time to complete client authentication.",
+    ),
+    ("autovacuum", "on", "Starts the autovacuum subprocess."),
+    (
+        "autovacuum_analyze_scale_factor",
+        "0.1",
+        "Number of tuple inserts, updates, or deletes prior to analyze as a fraction of reltuples.",
+    ),
+    (
+        "autovacuum_analyze_threshold",
+        "50",
+        "Minimum number of tuple inserts, updates, or deletes prior to analyze.",
+    ),
+    (
+        "autovacuum_freeze_max_age",
+        "200000000",
+        "Age at which to autovacuum a table to prevent transaction ID wraparound.",
+    ),
+    (
+        "autovacuum_max_workers",
+        "3",
+        "Sets the maximum number of simultaneously running autovacuum worker processes.",
+    ),
+    (
+        "autovacuum_multixact_freeze_max_age",
+        "400000000",
+        "Multixact age at which to autovacuum a table to prevent multixact wraparound.",
+    ),
+    (
+        "autovacuum_naptime",
+        "1min",
+        "Time to sleep between autovacuum runs.",
+    ),
+    (
+        "autovacuum_vacuum_cost_delay",
+        "2ms",
+        "Vacuum cost delay in milliseconds, for autovacuum.",
+    ),
+    (
+        "autovacuum_vacuum_cost_limit",
+        "-1",
+        "Vacuum cost amount available before napping, for autovacuum.",
+    ),
+    (
+        "autovacuum_vacuum_insert_scale_factor",
+        "0.2",
+        "Number of tuple inserts prior to vacuum as a fraction of reltuples.",
+    ),
+    (
+        "autovacuum_vacuum_insert_threshold",
+        "1000",
+        "Minimum number of tuple inserts prior to vacuum, or -1 to disable insert vacuums.",
+    ),
+    (
+        "autovacuum_vacuum_scale_factor",
+        "0.2",
+        "Number of tuple updates or deletes prior to vacuum as a fraction of reltuples.",
+    ),
+    (
+        "autovacuum_vacuum_threshold",
+        "50",
+        "Minimum number of tuple updates or deletes prior to vacuum.",
+    ),
+    (
+        "autovacuum_work_mem",
+        "-1",
+        "Sets the maximum memory to be used by each autovacuum worker process.",
+    ),
+    (
+        "backend_flush_after",
+        "0",
+        "Number of pages after which previously performed writes are flushed to disk.",
+    ),
+    (
+        "backslash_quote",
+        "safe_encoding",
+        "Sets whether \"\\'\" is allowed in string literals.",
+    ),
+    (
+        "backtrace_functions",
+        "",
+        "Log backtrace for errors in these functions.",
+    ),
+    (
+        "bgwriter_delay",
+        "200ms",
+        "Background writer sleep time between rounds.",
+    ),
+    (
+        "bgwriter_flush_after",
+        "512kB",
+        "Number of pages after which previously performed writes are flushed to disk.",
+    ),
+    (
+        "bgwriter_lru_maxpages",
+        "100",
+        "Background writer maximum number of LRU pages to flush per round.",
+    ),
+    (
+        "bgwriter_lru_multiplier",
+        "2",
+        "Multiple of the average buffer usage to free per round.",
+    ),
+    (
+        "bonjour",
+        "off",
+        "Enables advertising the server via Bonjour.",
+    ),
+    ("bonjour_name", "", "Sets the Bonjour service name."),
+    ("bytea_output", "hex", "Sets the output format for bytea."),
+    (
+        "check_function_bodies",
+        "on",
+        "Check routine bodies during CREATE FUNCTION and CREATE PROCEDURE.",
+    ),
+    (
+        "checkpoint_completion_target",
+        "0.9",
+        "Time spent flushing dirty buffers during checkpoint, as fraction of checkpoint interval.",
+    ),
+    (
+        "checkpoint_flush_after",
+        "256kB",
+        "Number of pages after which previously performed writes are flushed to disk.",
+    ),
+    (
+        "checkpoint_timeout",
+        "5min",
+        "Sets the maximum time between automatic WAL checkpoints.",
+    ),
+    (
+        "checkpoint_warning",
+        "30s",
+        "Sets the maximum time before warning if checkpoints triggered by WAL volume happen too frequently.",
+    ),
+    (
+        "client_connection_check_interval",
+        "0",
+        "Sets the time interval between checks for disconnection while running queries.",
+    ),
+    (
+        "client_encoding",
+        "UTF8",
+        "Sets the client's character set encoding.",
+    ),
+    (
+        "client_min_messages",
+        "notice",
+        "Sets the message levels that are sent to the client.",
+    ),
+    (
+        "commit_delay",
+        "0",
+        "Sets the delay in microseconds between transaction commit and flushing WAL to disk.",
+    ),
+    (
+        "commit_siblings",
+        "5",
+        "Sets the minimum number of concurrent open transactions required before performing commit_delay.",
+    ),
+    (
+        "compute_query_id",
+        "auto",
+        "Enables in-core computation of query identifiers.",
+    ),
+    (
+        "constraint_exclusion",
+        "partition",
+        "Enables the planner to use constraints to optimize queries.",
+    ),
+    (
+        "cpu_index_tuple_cost",
+        "0.005",
+        "Sets the planner's estimate of the cost of processing each index entry during an index scan.",
+    ),
+    (
+        "cpu_operator_cost",
+        "0.0025",
+        "Sets the planner's estimate of the cost of processing each operator or function call.",
+    ),
+    (
+        "cpu_tuple_cost",
+        "0.01",
+        "Sets the planner's estimate of the cost of processing each tuple (row).",
+    ),
+    (
+        "cursor_tuple_fraction",
+        "0.1",
+        "Sets the planner's estimate of the fraction of a cursor's rows that will be retrieved.",
+    ),
+    (
+        "data_sync_retry",
+        "off",
+        "Whether to continue running after a failure to sync data files.",
+    ),
+    (
+        "db_user_namespace",
+        "off",
+        "Enables per-database user names.",
+    ),
+    (
+        "deadlock_timeout",
+        "1s",
+        "Sets the time to wait on a lock before checking for deadlock.",
+    ),
+    (
+        "debug_discard_caches",
+        "0",
+        "Aggressively flush system caches for debugging purposes.",
+    ),
+    (
+        "debug_pretty_print",
+        "on",
+        "Indents parse and plan tree displays.",
+    ),
+    ("debug_print_parse", "off", "Logs each query's parse tree."),
+    (
+        "debug_print_plan",
+        "off",
+        "Logs each query's execution plan.",
+    ),
+    (
+        "debug_print_rewritten",
+        "off",
+        "Logs each query's rewritten parse tree.",
+    ),
+    (
+        "default_statistics_target",
+        "100",
+        "Sets the default statistics target.",
+    ),
+    (
+        "default_table_access_method",
+        "heap",
+        "Sets the default table access method for new tables.",
+    ),
+    (
+        "default_tablespace",
+        "",
+        "Sets the default tablespace to create tables and indexes in.",
+    ),
+    (
+        "default_toast_compression",
+        "pglz",
+        "Sets the default compression method for compressible values.",
+    ),
+    (
+        "default_transaction_deferrable",
+        "off",
+        "Sets the default deferrable status of new transactions.",
+    ),
+    (
+        "default_transaction_isolation",
+        "read committed",
+        "Sets the transaction isolation level of each new transaction.",
+    ),
+    (
+        "default_transaction_read_only",
+        "off",
+        "Sets the default read-only status of new transactions.",
+    ),
+    (
+        "dynamic_library_path",
+        "$libdir",
+        "Sets the path for dynamically loadable modules.",
+    ),
+    (
+        "effective_cache_size",
+        "4GB",
+        "Sets the planner's assumption about the total size of the data caches.",
+    ),
+    (
+        "enable_async_append",
+        "on",
+        "Enables the planner's use of async append plans.",
+    ),
+    (
+        "enable_bitmapscan",
+        "on",
+        "Enables the planner's use of bitmap-scan plans.",
+    ),
+    (
+        "enable_gathermerge",
+        "on",
+        "Enables the planner's use of gather merge plans.",
+    ),
+    (
+        "enable_hashagg",
+        "on",
+        "Enables the planner's use of hashed aggregation plans.",
+    ),
+    (
+        "enable_hashjoin",
+        "on",
+        "Enables the planner's use of hash join plans.",
+    ),
+    (
+        "enable_incremental_sort",
+        "on",
+        "Enables the planner's use of incremental sort steps.",
+    ),
+    (
+        "enable_indexonlyscan",
+        "on",
+        "Enables the planner's use of index-only-scan plans.",
+    ),
+    (
+        "enable_indexscan",
+        "on",
+        "Enables the planner's use of index-scan plans.",
+    ),
+    (
+        "enable_material",
+        "on",
+        "Enables the planner's use of materialization.",
+    ),
+    (
+        "enable_memoize",
+        "on",
+        "Enables the planner's use of memoization.",
+    ),
+    (
+        "enable_mergejoin",
+        "on",
+        "Enables the planner's use of merge join plans.",
+    ),
+    (
+        "enable_nestloop",
+        "on",
+        "Enables the planner's use of nested-loop join plans.",
+    ),
+    (
+        "enable_parallel_append",
+        "on",
+        "Enables the planner's use of parallel append plans.",
+    ),
+    (
+        "enable_parallel_hash",
+        "on",
+        "Enables the planner's use of parallel hash plans.",
+    ),
+    (
+        "enable_partition_pruning",
+        "on",
+        "Enables plan-time and execution-time partition pruning.",
+    ),
+    (
+        "enable_partitionwise_aggregate",
+        "off",
+        "Enables partitionwise aggregation and grouping.",
+    ),
+    (
+        "enable_partitionwise_join",
+        "off",
+        "Enables partitionwise join.",
+    ),
+    (
+        "enable_seqscan",
+        "on",
+        "Enables the planner's use of sequential-scan plans.",
+    ),
+    (
+        "enable_sort",
+        "on",
+        "Enables the planner's use of explicit sort steps.",
+    ),
+    (
+        "enable_tidscan",
+        "on",
+        "Enables the planner's use of TID scan plans.",
+    ),
+    (
+        "escape_string_warning",
+        "on",
+        "Warn about backslash escapes in ordinary string literals.",
+    ),
+    ("exit_on_error", "off", "Terminate session on any error."),
+    (
+        "extension_destdir",
+        "",
+        "Path to prepend for extension loading.",
+    ),
+    (
+        "extra_float_digits",
+        "1",
+        "Sets the number of digits displayed for floating-point values.",
+    ),
+    (
+        "force_parallel_mode",
+        "off",
+        "Forces use of parallel query facilities.",
+    ),
+    (
+        "from_collapse_limit",
+        "8",
+        "Sets the FROM-list size beyond which subqueries are not collapsed.",
+    ),
+    ("fsync", "on", "Forces synchronization of updates to disk."),
+    (
+        "full_page_writes",
+        "on",
+        "Writes full pages to WAL when first modified after a checkpoint.",
+    ),
+    ("geqo", "on", "Enables genetic query optimization."),
+    (
+        "geqo_effort",
+        "5",
+        "GEQO: effort is used to set the default for other GEQO parameters.",
+    ),
+    (
+        "geqo_generations",
+        "0",
+        "GEQO: number of iterations of the algorithm.",
+    ),
+    (
+        "geqo_pool_size",
+        "0",
+        "GEQO: number of individuals in the population.",
+    ),
+    ("geqo_seed", "0", "GEQO: seed for random path selection."),
+    (
+        "geqo_selection_bias",
+        "2",
+        "GEQO: selective pressure within the population.",
+    ),
+    (
+        "geqo_threshold",
+        "12",
+        "Sets the threshold of FROM items beyond which GEQO is used.",
+    ),
+    (
+        "gin_fuzzy_search_limit",
+        "0",
+        "Sets the maximum allowed result for exact search by GIN.",
+    ),
+    (
+        "gin_pending_list_limit",
+        "4MB",
+        "Sets the maximum size of the pending list for GIN index.",
+    ),
+    (
+        "hash_mem_multiplier",
+        "2",
+        "Multiple of work_mem to use for hash tables.",
+    ),
+    (
+        "hot_standby",
+        "on",
+        "Allows connections and queries during recovery.",
+    ),
+    (
+        "hot_standby_feedback",
+        "off",
+        "Allows feedback from a hot standby to the primary that will avoid query conflicts.",
+    ),
+    (
+        "huge_pages",
+        "try",
+        "Use of huge pages on Linux or Windows.",
+    ),
+    (
+        "idle_in_transaction_session_timeout",
+        "0",
+        "Sets the maximum allowed idle time between queries, when in a transaction.",
+    ),
+    (
+        "idle_session_timeout",
+        "0",
+        "Sets the maximum allowed idle time between queries, when not in a transaction.",
+    ),
+    (
+        "ignore_checksum_failure",
+        "off",
+        "Continues processing after a checksum failure.",
+    ),
+    (
+        "ignore_invalid_pages",
+        "off",
+        "Continues recovery after an invalid pages failure.",
+    ),
+    (
+        "ignore_system_indexes",
+        "off",
+        "Disables reading from system indexes.",
+    ),
+    (
+        "intervalstyle",
+        "postgres",
+        "Sets the display format for interval values.",
+    ),
+    ("jit", "on", "Allow JIT compilation."),
+    (
+        "jit_above_cost",
+        "100000",
+        "Perform JIT compilation if query is more expensive.",
+    ),
+    (
+        "jit_debugging_support",
+        "off",
+        "Register JIT-compiled functions with debugger.",
+    ),
+    (
+        "jit_dump_bitcode",
+        "off",
+        "Write out LLVM bitcode to facilitate JIT debugging.",
+    ),
+    (
+        "jit_expressions",
+        "on",
+        "Allow JIT compilation of expressions.",
+    ),
+    (
+        "jit_inline_above_cost",
+        "500000",
+        "Perform JIT inlining if query is more expensive.",
+    ),
+    (
+        "jit_optimize_above_cost",
+        "500000",
+        "Optimize JIT-compiled functions if query is more expensive.",
+    ),
+    (
+        "jit_profiling_support",
+        "off",
+        "Register JIT-compiled functions with perf profiler.",
+    ),
+    ("jit_provider", "llvmjit", "JIT provider to use."),
+    (
+        "jit_tuple_deforming",
+        "on",
+        "Allow JIT compilation of tuple deforming.",
+    ),
+    (
+        "join_collapse_limit",
+        "8",
+        "Sets the FROM-list size beyond which JOIN constructs are not flattened.",
+    ),
+    (
+        "krb_caseins_users",
+        "off",
+        "Sets whether Kerberos and GSSAPI user names should be treated as case-insensitive.",
+    ),
+    (
+        "lo_compat_privileges",
+        "off",
+        "Enables backward compatibility mode for privilege checks on large objects.",
+    ),
+    (
+        "local_preload_libraries",
+        "",
+        "Lists unprivileged shared libraries to preload into each backend.",
+    ),
+    (
+        "lock_timeout",
+        "0",
+        "Sets the maximum allowed duration of any wait for a lock.",
+    ),
+    (
+        "log_autovacuum_min_duration",
+        "10min",
+        "Sets the minimum execution time above which autovacuum actions will be logged.",
+    ),
+    ("log_checkpoints", "on", "Logs each checkpoint."),
+    ("log_connections", "off", "Logs each successful connection."),
+    (
+        "log_disconnections",
+        "off",
+        "Logs end of a session, including duration.",
+    ),
+    (
+        "log_duration",
+        "off",
+        "Logs the duration of each completed SQL statement.",
+    ),
+    (
+        "log_error_verbosity",
+        "default",
+        "Sets the verbosity of logged messages.",
+    ),
+    (
+        "log_executor_stats",
+        "off",
+        "Writes executor performance statistics to the server log.",
+    ),
+    (
+        "log_file_mode",
+        "0600",
+        "Sets the file permissions for log files.",
+    ),
+    (
+        "log_hostname",
+        "off",
+        "Logs the host name in the connection logs.",
+    ),
+    (
+        "log_line_prefix",
+        "%m [%p] ",
+        "Controls information prefixed to each log line.",
+    ),
+    ("log_lock_waits", "off", "Logs long lock waits."),
+    (
+        "log_min_duration_sample",
+        "-1",
+        "Sets the minimum execution time above which a sample of statements will be logged. Sampling is determined by log_statement_sample_rate.",
+    ),
+    (
+        "log_min_duration_statement",
+        "-1",
+        "Sets the minimum execution time above which all statements will be logged.",
+    ),
+    (
+        "log_min_error_statement",
+        "error",
+        "Causes all statements generating error at or above this level to be logged.",
+    ),
+    (
+        "log_min_messages",
+        "warning",
+        "Sets the message levels that are logged.",
+    ),
+    (
+        "log_parameter_max_length",
+        "-1",
+        "Sets the maximum length in bytes of data logged for bind parameter values when logging statements.",
+    ),
+    (
+        "log_parameter_max_length_on_error",
+        "0",
+        "Sets the maximum length in bytes of data logged for bind parameter values when logging statements, on error.",
+    ),
+    (
+        "log_parser_stats",
+        "off",
+        "Writes parser performance statistics to the server log.",
+    ),
+    (
+        "log_planner_stats",
+        "off",
+        "Writes planner performance statistics to the server log.",
+    ),
+    (
+        "log_recovery_conflict_waits",
+        "off",
+        "Logs standby recovery conflict waits.",
+    ),
+    (
+        "log_replication_commands",
+        "off",
+        "Logs each replication command.",
+    ),
+    (
+        "log_rotation_age",
+        "1d",
+        "Sets the amount of time to wait before forcing log file rotation.",
+    ),
+    (
+        "log_rotation_size",
+        "10MB",
+        "Sets the maximum size a log file can reach before being rotated.",
+    ),
+    (
+        "log_startup_progress_interval",
+        "10s",
+        "Time between progress updates for long-running startup operations.",
+    ),
+    (
+        "log_statement",
+        "none",
+        "Sets the type of statements logged.",
+    ),
+    (
+        "log_statement_sample_rate",
+        "1",
+        "Fraction of statements exceeding log_min_duration_sample to be logged.",
+    ),
+    (
+        "log_statement_stats",
+        "off",
+        "Writes cumulative performance statistics to the server log.",
+    ),
+    (
+        "log_temp_files",
+        "-1",
+        "Log the use of temporary files larger than this number of kilobytes.",
+    ),
+    (
+        "log_transaction_sample_rate",
+        "0",
+        "Sets the fraction of transactions from which to log all statements.",
+    ),
+    (
+        "log_truncate_on_rotation",
+        "off",
+        "Truncate existing log files of same name during log rotation.",
+    ),
+    (
+        "logical_decoding_work_mem",
+        "64MB",
+        "Sets the maximum memory to be used for logical decoding.",
+    ),
+    (
+        "maintenance_work_mem",
+        "64MB",
+        "Sets the maximum memory to be used for maintenance operations.",
+    ),
+    (
+        "max_files_per_process",
+        "1000",
+        "Sets the maximum number of simultaneously open files for each server process.",
+    ),
+    (
+        "max_locks_per_transaction",
+        "64",
+        "Sets the maximum number of locks per transaction.",
+    ),
+    (
+        "max_logical_replication_workers",
+        "4",
+        "Maximum number of logical replication worker processes.",
+    ),
+    (
+        "max_parallel_maintenance_workers",
+        "2",
+        "Sets the maximum number of parallel processes per maintenance operation.",
+    ),
+    (
+        "max_parallel_workers",
+        "8",
+        "Sets the maximum number of parallel workers that can be active at one time.",
+    ),
+    (
+        "max_parallel_workers_per_gather",
+        "2",
+        "Sets the maximum number of parallel processes per executor node.",
+    ),
+    (
+        "max_pred_locks_per_page",
+        "2",
+        "Sets the maximum number of predicate-locked tuples per page.",
+    ),
+    (
+        "max_pred_locks_per_relation",
+        "-2",
+        "Sets the maximum number of predicate-locked pages and tuples per relation.",
+    ),
+    (
+        "max_pred_locks_per_transaction",
+        "64",
+        "Sets the maximum number of predicate locks per transaction.",
+    ),
+    (
+        "max_prepared_transactions",
+        "0",
+        "Sets the maximum number of simultaneously prepared transactions.",
+    ),
+    (
+        "max_replication_slots",
+        "10",
+        "Sets the maximum number of simultaneously defined replication slots.",
+    ),
+    (
+        "max_slot_wal_keep_size",
+        "-1",
+        "Sets the maximum WAL size that can be reserved by replication slots.",
+    ),
+    (
+        "max_stack_depth",
+        "2MB",
+        "Sets the maximum stack depth, in kilobytes.",
+    ),
+    (
+        "max_standby_archive_delay",
+        "30s",
+        "Sets the maximum delay before canceling queries when a hot standby server is processing archived WAL data.",
+    ),
+    (
+        "max_standby_streaming_delay",
+        "30s",
+        "Sets the maximum delay before canceling queries when a hot standby server is processing streamed WAL data.",
+    ),
+    (
+        "max_sync_workers_per_subscription",
+        "2",
+        "Maximum number of table synchronization workers per subscription.",
+    ),
+    (
+        "max_wal_senders",
+        "10",
+        "Sets the maximum number of simultaneously running WAL sender processes.",
+    ),
+    (
+        "max_wal_size",
+        "1GB",
+        "Sets the WAL size that triggers a checkpoint.",
+    ),
+    (
+        "max_worker_processes",
+        "8",
+        "Maximum number of concurrent worker processes.",
+    ),
+    (
+        "min_dynamic_shared_memory",
+        "0",
+        "Amount of dynamic shared memory reserved at startup.",
+    ),
+    (
+        "min_parallel_index_scan_size",
+        "512kB",
+        "Sets the minimum amount of index data for a parallel scan.",
+    ),
+    (
+        "min_parallel_table_scan_size",
+        "8MB",
+        "Sets the minimum amount of table data for a parallel scan.",
+    ),
+    (
+        "min_wal_size",
+        "80MB",
+        "Sets the minimum size to shrink the WAL to.",
+    ),
+    (
+        "old_snapshot_threshold",
+        "-1",
+        "Time before a snapshot is too old to read pages changed after the snapshot was taken.",
+    ),
+    (
+        "parallel_leader_participation",
+        "on",
+        "Controls whether Gather and Gather Merge also run subplans.",
+    ),
+    (
+        "parallel_setup_cost",
+        "1000",
+        "Sets the planner's estimate of the cost of starting up worker processes for parallel query.",
+    ),
+    (
+        "parallel_tuple_cost",
+        "0.1",
+        "Sets the planner's estimate of the cost of passing each tuple (row) from worker to leader backend.",
+    ),
+    (
+        "password_encryption",
+        "scram-sha-256",
+        "Chooses the algorithm for encrypting passwords.",
+    ),
+    (
+        "plan_cache_mode",
+        "auto",
+        "Controls the planner's selection of custom or generic plan.",
+    ),
+    (
+        "post_auth_delay",
+        "0",
+        "Sets the amount of time to wait after authentication on connection startup.",
+    ),
+    (
+        "pre_auth_delay",
+        "0",
+        "Sets the amount of time to wait before authentication on connection startup.",
+    ),
+    (
+        "primary_conninfo",
+        "",
+        "Sets the connection string to be used to connect to the sending server.",
+    ),
+    (
+        "primary_slot_name",
+        "",
+        "Sets the name of the replication slot to use on the sending server.",
+    ),
+    (
+        "promote_trigger_file",
+        "",
+        "Specifies a file name whose presence ends recovery in the standby.",
+    ),
+    (
+        "quote_all_identifiers",
+        "off",
+        "When generating SQL fragments, quote all identifiers.",
+    ),
+    (
+        "random_page_cost",
+        "4",
+        "Sets the planner's estimate of the cost of a nonsequentially fetched disk page.",
+    ),
+    (
+        "recovery_init_sync_method",
+        "fsync",
+        "Sets the method for synchronizing the data directory before crash recovery.",
+    ),
+    (
+        "recovery_min_apply_delay",
+        "0",
+        "Sets the minimum delay for applying changes during recovery.",
+    ),
+    (
+        "recovery_prefetch",
+        "try",
+        "Prefetch referenced blocks during recovery.",
+    ),
+    (
+        "recovery_target",
+        "",
+        "Set to \"immediate\" to end recovery as soon as a consistent state is reached.",
+    ),
+    (
+        "recovery_target_action",
+        "pause",
+        "Sets the action to perform upon reaching the recovery target.",
+    ),
+    (
+        "recovery_target_inclusive",
+        "on",
+        "Sets whether to include or exclude transaction with recovery target.",
+    ),
+    (
+        "recovery_target_lsn",
+        "",
+        "Sets the LSN of the write-ahead log location up to which recovery will proceed.",
+    ),
+    (
+        "recovery_target_name",
+        "",
+        "Sets the named restore point up to which recovery will proceed.",
+    ),
+    (
+        "recovery_target_time",
+        "",
+        "Sets the time stamp up to which recovery will proceed.",
+    ),
+    (
+        "recovery_target_timeline",
+        "latest",
+        "Specifies the timeline to recover into.",
+    ),
+    (
+        "recovery_target_xid",
+        "",
+        "Sets the transaction ID up to which recovery will proceed.",
+    ),
+    (
+        "recursive_worktable_factor",
+        "10",
+        "Sets the planner's estimate of the average size of a recursive query's working table.",
+    ),
+    (
+        "remove_temp_files_after_crash",
+        "on",
+        "Remove temporary files after backend crash.",
+    ),
+    (
+        "restart_after_crash",
+        "on",
+        "Reinitialize server after backend crash.",
+    ),
+    (
+        "restrict_nonsystem_relation_kind",
+        "",
+        "Prohibits access to non-system relations of specified kinds.",
+    ),
+    ("row_security", "on", "Enable row security."),
+    (
+        "search_path",
+        "\"$user\", public",
+        "Sets the schema search order for names that are not schema-qualified.",
+    ),
+    (
+        "seq_page_cost",
+        "1",
+        "Sets the planner's estimate of the cost of a sequentially fetched disk page.",
+    ),
+    (
+        "server_encoding",
+        "UTF8",
+        "Shows the server (database) character set encoding.",
+    ),
+    (
+        "session_preload_libraries",
+        "",
+        "Lists shared libraries to preload into each backend.",
+    ),
+    (
+        "session_replication_role",
+        "origin",
+        "Sets the session's behavior for triggers and rewrite rules.",
+    ),
+    (
+        "shared_memory_type",
+        "mmap",
+        "Selects the shared memory implementation used for the main shared memory region.",
+    ),
+    (
+        "shared_preload_libraries",
+        "",
+        "Lists shared libraries to preload into server.",
+    ),
+    ("ssl", "off", "Enables SSL connections."),
+    (
+        "ssl_ciphers",
+        "HIGH:MEDIUM:+3DES:!aNULL",
+        "Sets the list of allowed SSL ciphers.",
+    ),
+    (
+        "ssl_ecdh_curve",
+        "prime256v1",
+        "Sets the curve to use for ECDH.",
+    ),
+    (
+        "ssl_max_protocol_version",
+        "",
+        "Sets the maximum SSL/TLS protocol version to use.",
+    ),
+    (
+        "ssl_min_protocol_version",
+        "TLSv1.2",
+        "Sets the minimum SSL/TLS protocol version to use.",
+    ),
+    (
+        "ssl_passphrase_command",
+        "",
+        "Command to obtain passphrases for SSL.",
+    ),
+    (
+        "ssl_passphrase_command_supports_reload",
+        "off",
+        "Controls whether ssl_passphrase_command is called during server reload.",
+    ),
+    (
+        "ssl_prefer_server_ciphers",
+        "on",
+        "Give priority to server ciphersuite order.",
+    ),
+    (
+        "standard_conforming_strings",
+        "on",
+        "Causes '...' strings to treat backslashes literally.",
+    ),
+    (
+        "statement_timeout",
+        "0",
+        "Sets the maximum allowed duration of any statement.",
+    ),
+    (
+        "stats_fetch_consistency",
+        "cache",
+        "Sets the consistency of accesses to statistics data.",
+    ),
+    (
+        "superuser_reserved_connections",
+        "3",
+        "Sets the number of connection slots reserved for superusers.",
+    ),
+    (
+        "synchronize_seqscans",
+        "on",
+        "Enable synchronized sequential scans.",
+    ),
+    (
+        "synchronous_commit",
+        "on",
+        "Sets the current transaction's synchronization level.",
+    ),
+    (
+        "synchronous_standby_names",
+        "",
+        "Number of synchronous standbys and list of names of potential synchronous ones.",
+    ),
+    (
+        "syslog_sequence_numbers",
+        "on",
+        "Add sequence number to syslog messages to avoid duplicate suppression.",
+    ),
+    (
+        "syslog_split_messages",
+        "on",
+        "Split messages sent to syslog by lines and to fit into 1024 bytes.",
+    ),
+    (
+        "tcp_keepalives_count",
+        "9",
+        "Maximum number of TCP keepalive retransmits.",
+    ),
+    (
+        "tcp_keepalives_idle",
+        "7200",
+        "Time between issuing TCP keepalives.",
+    ),
+    (
+        "tcp_keepalives_interval",
+        "75",
+        "Time between TCP keepalive retransmits.",
+    ),
+    ("tcp_user_timeout", "0", "TCP user timeout."),
+    (
+        "temp_buffers",
+        "8MB",
+        "Sets the maximum number of temporary buffers used by each session.",
+    ),
+    (
+        "temp_file_limit",
+        "-1",
+        "Limits the total size of all temporary files used by each process.",
+    ),
+    (
+        "temp_tablespaces",
+        "",
+        "Sets the tablespace(s) to use for temporary tables and sort files.",
+    ),
+    (
+        "timezone_abbreviations",
+        "Default",
+        "Selects a file of time zone abbreviations.",
+    ),
+    (
+        "trace_notify",
+        "off",
+        "Generates debugging output for LISTEN and NOTIFY.",
+    ),
+    (
+        "trace_recovery_messages",
+        "log",
+        "Enables logging of recovery-related debugging information.",
+    ),
+    (
+        "trace_sort",
+        "off",
+        "Emit information about resource usage in sorting.",
+    ),
+    (
+        "track_activities",
+        "on",
+        "Collects information about executing commands.",
+    ),
+    (
+        "track_activity_query_size",
+        "1kB",
+        "Sets the size reserved for pg_stat_activity.query, in bytes.",
+    ),
+    (
+        "track_commit_timestamp",
+        "off",
+        "Collects transaction commit time.",
+    ),
+    (
+        "track_counts",
+        "on",
+        "Collects statistics on database activity.",
+    ),
+    (
+        "track_functions",
+        "none",
+        "Collects function-level statistics on database activity.",
+    ),
+    (
+        "track_io_timing",
+        "off",
+        "Collects timing statistics for database I/O activity.",
+    ),
+    (
+        "track_wal_io_timing",
+        "off",
+        "Collects timing statistics for WAL I/O activity.",
+    ),
+    (
+        "transaction_deferrable",
+        "off",
+        "Whether to defer a read-only serializable transaction until it can be executed with no possible serialization failures.",
+    ),
+    (
+        "transaction_isolation",
+        "read committed",
+        "Sets the current transaction's isolation level.",
+    ),
+    (
+        "transaction_read_only",
+        "off",
+        "Sets the current transaction's read-only status.",
+    ),
+    (
+        "transform_null_equals",
+        "off",
+        "Treats \"expr=NULL\" as \"expr IS NULL\".",
+    ),
+    (
+        "update_process_title",
+        "on",
+        "Updates the process title to show the active SQL command.",
+    ),
+    (
+        "vacuum_cost_delay",
+        "0",
+        "Vacuum cost delay in milliseconds.",
+    ),
+    (
+        "vacuum_cost_limit",
+        "200",
+        "Vacuum cost amount available before napping.",
+    ),
+    (
+        "vacuum_cost_page_dirty",
+        "20",
+        "Vacuum cost for a page dirtied by vacuum.",
+    ),
+    (
+        "vacuum_cost_page_hit",
+        "1",
+        "Vacuum cost for a page found in the buffer cache.",
+    ),
+    (
+        "vacuum_cost_page_miss",
+        "2",
+        "Vacuum cost for a page not found in the buffer cache.",
+    ),
+    (
+        "vacuum_defer_cleanup_age",
+        "0",
+        "Number of transactions by which VACUUM and HOT cleanup should be deferred, if any.",
+    ),
+    (
+        "vacuum_failsafe_age",
+        "1600000000",
+        "Age at which VACUUM should trigger failsafe to avoid a wraparound outage.",
+    ),
+    (
+        "vacuum_freeze_min_age",
+        "50000000",
+        "Minimum age at which VACUUM should freeze a table row.",
+    ),
+    (
+        "vacuum_freeze_table_age",
+        "150000000",
+        "Age at which VACUUM should scan whole table to freeze tuples.",
+    ),
+    (
+        "vacuum_multixact_failsafe_age",
+        "1600000000",
+        "Multixact age at which VACUUM should trigger failsafe to avoid a wraparound outage.",
+    ),
+    (
+        "vacuum_multixact_freeze_min_age",
+        "5000000",
+        "Minimum age at which VACUUM should freeze a MultiXactId in a table row.",
+    ),
+    (
+        "vacuum_multixact_freeze_table_age",
+        "150000000",
+        "Multixact age at which VACUUM should scan whole table to freeze tuples.",
+    ),
+    (
+        "wal_buffers",
+        "4MB",
+        "Sets the number of disk-page buffers in shared memory for WAL.",
+    ),
+    (
+        "wal_compression",
+        "off",
+        "Compresses full-page writes written in WAL file with specified method.",
+    ),
+    (
+        "wal_consistency_checking",
+        "",
+        "Sets the WAL resource managers for which WAL consistency checks are done.",
+    ),
+    (
+        "wal_decode_buffer_size",
+        "512kB",
+        "Buffer size for reading ahead in the WAL during recovery.",
+    ),
+    (
+        "wal_init_zero",
+        "on",
+        "Writes zeroes to new WAL files before first use.",
+    ),
+    (
+        "wal_keep_size",
+        "0",
+        "Sets the size of WAL files held for standby servers.",
+    ),
+    (
+        "wal_level",
+        "replica",
+        "Sets the level of information written to the WAL.",
+    ),
+    (
+        "wal_log_hints",
+        "off",
+        "Writes full pages to WAL when first modified after a checkpoint, even for a non-critical modification.",
+    ),
+    (
+        "wal_receiver_create_temp_slot",
+        "off",
+        "Sets whether a WAL receiver should create a temporary replication slot if no permanent slot is configured.",
+    ),
+    (
+        "wal_receiver_status_interval",
+        "10s",
+        "Sets the maximum interval between WAL receiver status reports to the sending server.",
+    ),
+    (
+        "wal_receiver_timeout",
+        "1min",
+        "Sets the maximum wait time to receive data from the sending server.",
+    ),
+    ("wal_recycle", "on", "Recycles WAL files by renaming them."),
+    (
+        "wal_retrieve_retry_interval",
+        "5s",
+        "Sets the time to wait before retrying to retrieve WAL after a failed attempt.",
+    ),
+    (
+        "wal_sender_timeout",
+        "1min",
+        "Sets the maximum time to wait for WAL replication.",
+    ),
+    (
+        "wal_skip_threshold",
+        "2MB",
+        "Minimum size of new file to fsync instead of writing WAL.",
+    ),
+    (
+        "wal_writer_delay",
+        "200ms",
+        "Time between WAL flushes performed in the WAL writer.",
+    ),
+    (
+        "wal_writer_flush_after",
+        "1MB",
+        "Amount of WAL written out by WAL writer that triggers a flush.",
+    ),
+    (
+        "work_mem",
+        "4MB",
+        "Sets the maximum memory to be used for query workspaces.",
+    ),
+    (
+        "xmlbinary",
+        "base64",
+        "Sets how binary values are to be encoded in XML.",
+    ),
+    (
+        "xmloption",
+        "content",
+        "Sets whether XML data in implicit parsing and serialization operations is to be considered as documents or content fragments.",
+    ),
+    (
+        "zero_damaged_pages",
+        "off",
+        "Continues processing past damaged page headers.",
+    ),
 ];
