@@ -7,6 +7,7 @@ pub mod pgcast;
 pub mod pgcoerce;
 pub mod pgtext;
 pub mod time_bucket;
+pub mod to_char;
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -162,6 +163,7 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
         histogram::Histogram::default(),
     ));
     ctx.register_udf(ScalarUDF::from(pgtext::PgText::default()));
+    ctx.register_udf(ScalarUDF::from(to_char::ToChar::new(settings.clone())));
     ctx.add_analyzer_rule(Arc::new(pgcast::RoundingCasts::default()));
     ctx.register_udf(constant(
         "version",

@@ -258,7 +258,7 @@ fn to_text(c: &ArrayRef) -> Result<Option<ArrayRef>> {
     Ok(Some(Arc::new(StringArray::from(out))))
 }
 
-fn parse_offset(t: &str) -> Option<chrono::FixedOffset> {
+pub fn parse_offset(t: &str) -> Option<chrono::FixedOffset> {
     let (sign, rest) = match t.as_bytes().first()? {
         b'+' => (1, &t[1..]),
         b'-' => (-1, &t[1..]),
