@@ -186,10 +186,13 @@ pub fn normalize_tz(tz: &str) -> Result<String> {
     if t.parse::<chrono_tz::Tz>().is_ok() {
         return Ok(t.to_string());
     }
-    // numeric offsets: "+02:00", "-5"
+    // Numeric offsets, as PostgreSQL reads them: a plain number of hours is east of
+    // UTC when positive (`'-7'`, `'+5'`), while `'+05:30'` / `'-03:00'` are POSIX
+    // specs, whose sign is the other way round (`'+05:30'` is 5.5 hours west).
     let numeric = t.trim_start_matches(['+', '-']);
     if !numeric.is_empty() && numeric.chars().all(|c| c.is_ascii_digit() || c == ':') {
-        let sign = if t.starts_with('-') { '-' } else { '+' };
+        let west = t.starts_with('-') != numeric.contains(':');
+        let sign = if west { '-' } else { '+' };
         let mut parts = numeric.split(':');
         let h: i32 = parts.next().unwrap_or("0").parse().unwrap_or(0);
         let m: i32 = parts.next().unwrap_or("0").parse().unwrap_or(0);

@@ -207,7 +207,7 @@ impl ScalarUDFImpl for ToChar {
                     .get("timezone")
                     .cloned()
                     .unwrap_or_else(|| "UTC".into());
-                Some(tz)
+                Some(crate::sql::session::normalize_tz(&tz).unwrap_or_else(|_| "UTC".into()))
             }
             _ => None,
         };
