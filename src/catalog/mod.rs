@@ -15,7 +15,9 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
-pub use ops::{ColumnCheck, ColumnsWanted, FileEdit, NewTable, check_time_column};
+pub use ops::{
+    ColumnCheck, ColumnsWanted, DROPPED_PREFIX, FileEdit, FilesChange, NewTable, check_time_column,
+};
 pub use types::{ANY_NUMERIC_SCALE, SqlType};
 
 use crate::error::{Error, Result};

@@ -7,6 +7,10 @@ use std::sync::Arc;
 use super::{Catalog, ColumnDef, DatabaseDef, FileMeta, Manifest, Retention, SqlType, TableDef};
 use crate::error::{Error, Result};
 
+/// Prefix of the name a table dropped in an open transaction block goes by until
+/// COMMIT drops it.
+pub const DROPPED_PREFIX: &str = "_sundial_dropped_";
+
 /// A table to create: everything but the id, which the catalog assigns.
 #[derive(Debug, Clone)]
 pub struct NewTable {
@@ -144,6 +148,51 @@ impl Catalog {
             Some(t) => Ok(Some(t)),
             None if if_exists => Ok(None),
             None => Err(Error::UndefinedTable(name.to_string())),
+        })
+    }
+
+    /// Gives tables an open transaction block had dropped (renamed to
+    /// [`DROPPED_PREFIX`]`<id>_<name>`) their names back: the block never
+    /// committed. Run at start-up; returns how many were restored.
+    pub fn restore_dropped(&self) -> Result<usize> {
+        let m = self.snapshot();
+        let mut n = 0;
+        for (db, d) in &m.databases {
+            for name in d.tables.keys() {
+                let Some(rest) = name.strip_prefix(DROPPED_PREFIX) else {
+                    continue;
+                };
+                let Some((_, orig)) = rest.split_once('_') else {
+                    continue;
+                };
+                match self.rename_table(db, name, orig) {
+                    Ok(()) => n += 1,
+                    Err(e) => {
+                        tracing::warn!(table = %name, error = %e, "cannot restore a table dropped by an uncommitted block")
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Renames table `from` of `db` to `to` (42P07 if `to` exists).
+    pub fn rename_table(&self, db: &str, from: &str, to: &str) -> Result<()> {
+        self.update(|m| {
+            let d = m.database_mut(db)?;
+            if d.tables.contains_key(to) {
+                return Err(Error::sql(
+                    "42P07",
+                    format!("relation \"{to}\" already exists"),
+                ));
+            }
+            let mut t = d
+                .tables
+                .remove(from)
+                .ok_or_else(|| Error::UndefinedTable(from.to_string()))?;
+            Arc::make_mut(&mut t).name = to.to_string();
+            d.tables.insert(to.to_string(), t);
+            Ok(())
         })
     }
 
@@ -403,32 +452,60 @@ impl Catalog {
     /// drop_chunks, TRUNCATE); a replacement takes its old file's place, so files
     /// stay in arrival order. Fails, changing nothing, when any old file is gone.
     pub fn edit_files(&self, table_id: u64, edits: &[FileEdit]) -> Result<()> {
+        self.update(|m| apply_edits(m, table_id, edits, vec![]))
+    }
+
+    /// Applies a committed transaction's file changes, for several tables, in one
+    /// step: all of them or (when a table or an old file is gone) none.
+    pub fn commit_files(&self, changes: &[FilesChange]) -> Result<()> {
         self.update(|m| {
-            let t = m
-                .databases
-                .values_mut()
-                .flat_map(|d| d.tables.values_mut())
-                .find(|t| t.id == table_id)
-                .ok_or_else(|| Error::UndefinedTable(format!("table id {table_id}")))?;
-            if !edits
-                .iter()
-                .all(|(id, _)| t.files.iter().any(|f| f.id == *id))
-            {
-                return Err(Error::Catalog(
-                    "chunk files changed concurrently; retry".into(),
-                ));
+            for c in changes {
+                apply_edits(m, c.table_id, &c.edits, c.added.clone())?;
             }
-            let tm = Arc::make_mut(t);
-            let mut files = Vec::with_capacity(tm.files.len());
-            for f in std::mem::take(&mut tm.files) {
-                match edits.iter().find(|(id, _)| *id == f.id) {
-                    Some((_, Some(new))) => files.push(new.clone()),
-                    Some((_, None)) => {}
-                    None => files.push(f),
-                }
-            }
-            tm.files = files;
             Ok(())
         })
     }
+}
+
+/// A committed transaction's changes to one table's files: `edits` replace or
+/// remove files, `added` come after the others (newest).
+#[derive(Debug, Clone)]
+pub struct FilesChange {
+    pub table_id: u64,
+    pub edits: Vec<FileEdit>,
+    pub added: Vec<FileMeta>,
+}
+
+fn apply_edits(
+    m: &mut Manifest,
+    table_id: u64,
+    edits: &[FileEdit],
+    added: Vec<FileMeta>,
+) -> Result<()> {
+    let t = m
+        .databases
+        .values_mut()
+        .flat_map(|d| d.tables.values_mut())
+        .find(|t| t.id == table_id)
+        .ok_or_else(|| Error::UndefinedTable(format!("table id {table_id}")))?;
+    if !edits
+        .iter()
+        .all(|(id, _)| t.files.iter().any(|f| f.id == *id))
+    {
+        return Err(Error::Catalog(
+            "chunk files changed concurrently; retry".into(),
+        ));
+    }
+    let tm = Arc::make_mut(t);
+    let mut files = Vec::with_capacity(tm.files.len() + added.len());
+    for f in std::mem::take(&mut tm.files) {
+        match edits.iter().find(|(id, _)| *id == f.id) {
+            Some((_, Some(new))) => files.push(new.clone()),
+            Some((_, None)) => {}
+            None => files.push(f),
+        }
+    }
+    files.extend(added);
+    tm.files = files;
+    Ok(())
 }

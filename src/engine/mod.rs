@@ -5,6 +5,7 @@
 
 mod background;
 pub mod jobs;
+pub mod tx;
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -33,6 +34,17 @@ pub use jobs::{JobState, Jobs};
 
 /// URL under which the chunk store is registered with DataFusion.
 pub const STORE_URL: &str = "sundial://store/";
+
+/// One table's part of a transaction committed by [`Engine::commit_changes`].
+pub struct TableChange<'a> {
+    pub table: Arc<TableDef>,
+    /// Which rows of the table's files are deleted (`None`: no deletion).
+    pub pred: Option<Arc<dyn PhysicalExpr>>,
+    /// The files `pred` may match, with whether every row of the file matches.
+    pub files: Vec<(&'a FileMeta, bool)>,
+    /// Rows the transaction inserted (validated), after its own deletions.
+    pub inserts: Vec<RecordBatch>,
+}
 
 /// Everything a server needs, shared by all connections.
 pub struct Engine {
@@ -71,6 +83,13 @@ impl Engine {
             .map_err(|e| Error::io(format!("data directory {} is not usable", dir.display()), e))?;
         let lock = lock_dir(dir)?;
         let catalog = Arc::new(Catalog::open(dir)?);
+        let restored = catalog.restore_dropped()?;
+        if restored > 0 {
+            tracing::info!(
+                tables = restored,
+                "restored tables dropped by uncommitted transactions"
+            );
+        }
         let manifest = catalog.snapshot();
         let (wal, records) =
             Wal::open(&dir.join("wal"), config.wal_fsync, manifest.flushed_wal_seq)?;
@@ -170,6 +189,93 @@ impl Engine {
     /// Validates `batch` for `table`, makes it durable and visible; returns rows written.
     pub async fn write(&self, table: &TableDef, batch: RecordBatch) -> Result<u64> {
         self.writer.write(table, batch).await
+    }
+
+    /// Writes a committed transaction's rows (validated batches, possibly several
+    /// tables) as one WAL record: durable and visible all at once.
+    pub async fn write_many(&self, writes: &[(Arc<TableDef>, RecordBatch)]) -> Result<u64> {
+        self.writer.write_many(writes).await
+    }
+
+    /// Commits a transaction that deletes rows: per table, the rows of `files`
+    /// where `pred` is true go (a file marked `true` matches whole) and `inserts`
+    /// are written as new chunk files; then every table changes in one catalog
+    /// step, so a crash keeps all of it or none. Memtables must have been flushed.
+    pub async fn commit_changes(&self, db: &str, changes: Vec<TableChange<'_>>) -> Result<()> {
+        let mut steps = vec![];
+        let mut old_paths = vec![];
+        let mut new_paths = vec![];
+        let result = async {
+            for c in &changes {
+                let t = &c.table;
+                let mut edits: Vec<FileEdit> = vec![];
+                if let Some(pred) = &c.pred {
+                    for (f, all_match) in &c.files {
+                        if *all_match {
+                            edits.push((f.id, None));
+                            old_paths.push(f.path.clone());
+                            continue;
+                        }
+                        let out = rewrite::rewrite(
+                            &self.file_store(),
+                            db,
+                            t,
+                            &[f],
+                            Rewrite::DeleteWhere(pred),
+                        )
+                        .await?;
+                        if out.rows_removed == 0 {
+                            if let Some(n) = &out.file {
+                                new_paths.push(n.path.clone());
+                            }
+                            continue;
+                        }
+                        if let Some(n) = &out.file {
+                            new_paths.push(n.path.clone());
+                        }
+                        edits.push((f.id, out.file));
+                        old_paths.push(f.path.clone());
+                    }
+                }
+                let mut added = vec![];
+                let schema = t.schema();
+                let mut by_chunk: std::collections::BTreeMap<i64, Vec<RecordBatch>> =
+                    Default::default();
+                for b in &c.inserts {
+                    let b = crate::storage::adapt_batch(b, &schema)?;
+                    for (start, part) in crate::write::split_by_chunk(t, &b)? {
+                        by_chunk.entry(start).or_default().push(part);
+                    }
+                }
+                for (start, parts) in by_chunk {
+                    let batch = arrow::compute::concat_batches(&schema, &parts)?;
+                    let id = self.catalog.alloc_ids(1)?;
+                    let meta =
+                        crate::storage::write_chunk_file(&self.store, db, t, start, id, &batch)
+                            .await?;
+                    new_paths.push(meta.path.clone());
+                    added.push(meta);
+                }
+                steps.push(crate::catalog::FilesChange {
+                    table_id: t.id,
+                    edits,
+                    added,
+                });
+            }
+            self.writer.commit_files(&steps)
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                self.delete_later(old_paths);
+                Ok(())
+            }
+            Err(e) => {
+                // Nothing was committed: the files written for it are garbage.
+                self.delete_later(new_paths);
+                Err(e)
+            }
+        }
     }
 
     /// A consistent snapshot of a table for a scan: its files and memtable rows.

@@ -25,6 +25,8 @@ pub struct PgParts {
     pub information_schema: Arc<dyn SchemaProvider>,
     /// Run before DataFusion's own analyzer rules (type coercion among them).
     pub first_rules: Vec<Arc<dyn AnalyzerRule + Send + Sync>>,
+    /// The session's transaction: its scans show, and its INSERTs add to, these.
+    pub staging: Arc<crate::engine::tx::Staging>,
 }
 
 /// Builds the DataFusion context of one connection to database `db`.
@@ -33,7 +35,8 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContex
     let mut cfg = SessionConfig::new()
         .with_default_catalog_and_schema(db, "public")
         .with_information_schema(false)
-        .with_create_default_catalog_and_schema(false);
+        .with_create_default_catalog_and_schema(false)
+        .with_extension(pg.staging.clone());
     {
         let o = cfg.options_mut();
         o.execution.time_zone = Some("UTC".to_string());

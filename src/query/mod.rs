@@ -6,4 +6,5 @@
 pub mod context;
 pub mod dedup;
 pub mod provider;
+pub mod staged;
 pub mod system;

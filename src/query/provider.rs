@@ -34,7 +34,9 @@ use futures::StreamExt;
 
 use crate::catalog::{FileMeta, TableDef};
 use crate::engine::Engine;
+use crate::engine::tx::Staging;
 use crate::query::dedup::{DedupExec, in_ranges};
+use crate::query::staged;
 use crate::storage;
 use crate::storage::stats_cache::FileStats;
 use crate::write::MemBatch;
@@ -501,6 +503,75 @@ impl TableProvider for HypertableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let ops = state
+            .config()
+            .get_extension::<Staging>()
+            .map(|s| s.ops_for(self.table.id))
+            .unwrap_or_default();
+        if ops.is_empty() {
+            return self.scan_stored(state, projection, filters, limit).await;
+        }
+        // Inside a transaction that changed this table: the stored rows its
+        // deletions leave, plus the rows it inserted.
+        let table = self
+            .engine
+            .view(self.table.id)
+            .ok_or_else(|| crate::Error::UndefinedTable(self.table.name.clone()))?
+            .table;
+        let schema = table.schema();
+        let folded = staged::fold(state, &table, &ops)?;
+        let mut base = self.scan_stored(state, None, filters, None).await?;
+        if let Some(deleted) = &folded.deleted {
+            let keep = state.create_physical_expr(
+                staged::keep_filter(deleted),
+                &staged::qualified_schema(&table)?,
+            )?;
+            base = Arc::new(FilterExec::try_new(keep, base)?);
+        }
+        let mem = MemorySourceConfig::try_new(&[folded.inserts], schema.clone(), None)?;
+        let mut mine: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(mem);
+        if let Some(f) = conjunction(filters.to_vec()) {
+            let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+            mine = Arc::new(FilterExec::try_new(
+                state.create_physical_expr(f, &df_schema)?,
+                mine,
+            )?);
+        }
+        let all = UnionExec::try_new(vec![base, mine])?;
+        match projection {
+            Some(cols) => select_columns(all, cols),
+            None => Ok(all),
+        }
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(crate::Error::NotSupported(format!("{insert_op} is not supported")).into());
+        }
+        let sink = TableSink {
+            table: self.table.clone(),
+            engine: self.engine.clone(),
+            schema: self.table.schema(),
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+}
+
+impl HypertableProvider {
+    /// A scan of what is stored (files and memtables), without a session's staged
+    /// changes.
+    async fn scan_stored(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let view = self
             .engine
             .view(self.table.id)
@@ -691,23 +762,6 @@ impl TableProvider for HypertableProvider {
             input,
         }))
     }
-
-    async fn insert_into(
-        &self,
-        _state: &dyn Session,
-        input: Arc<dyn ExecutionPlan>,
-        insert_op: InsertOp,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if insert_op != InsertOp::Append {
-            return Err(crate::Error::NotSupported(format!("{insert_op} is not supported")).into());
-        }
-        let sink = TableSink {
-            table: self.table.clone(),
-            engine: self.engine.clone(),
-            schema: self.table.schema(),
-        };
-        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
-    }
 }
 
 /// Statistics of an in-memory chunk: its time range, nothing else.
@@ -785,7 +839,7 @@ impl DataSink for TableSink {
     async fn write_all(
         &self,
         mut data: SendableRecordBatchStream,
-        _context: &Arc<TaskContext>,
+        context: &Arc<TaskContext>,
     ) -> DfResult<u64> {
         // Use the newest definition: ALTER TABLE may have run since planning.
         let table = self
@@ -803,6 +857,12 @@ impl DataSink for TableSink {
         }
         let schema = batches[0].schema();
         let batch = arrow::compute::concat_batches(&schema, &batches)?;
+        // Inside a transaction block the rows wait for COMMIT.
+        if let Some(staging) = context.session_config().get_extension::<Staging>()
+            && staging.in_block()
+        {
+            return staging.insert(&table, batch).map_err(DataFusionError::from);
+        }
         self.engine
             .write(&table, batch)
             .await

@@ -1,6 +1,7 @@
 //! Reading pieces of parsed statements the way PostgreSQL does: object names
 //! (folded, `public.` accepted), literal text of arguments, truth values, intervals,
-//! and function arguments by position and by name (`name => value`).
+//! and function arguments by position and by name (`name => value`); bound `$n`
+//! values put into statements Sundial runs itself.
 
 use datafusion::sql::sqlparser::ast::{self, Expr, FunctionArg, FunctionArgExpr, Value};
 
@@ -113,4 +114,108 @@ pub fn regclass_name(e: &Expr) -> Result<String> {
     } else {
         last.to_ascii_lowercase()
     })
+}
+
+/// Number of `$n` parameters statement `stmt` uses (the highest `n`).
+pub fn placeholder_count(stmt: &ast::Statement) -> usize {
+    use ast::Visit;
+    let mut n = 0usize;
+    let _ = stmt.visit(&mut Placeholders(|p: &str| {
+        if let Some(i) = p.strip_prefix('$').and_then(|d| d.parse::<usize>().ok()) {
+            n = n.max(i);
+        }
+    }));
+    n
+}
+
+struct Placeholders<F>(F);
+
+impl<F: FnMut(&str)> ast::Visitor for Placeholders<F> {
+    type Break = ();
+    fn pre_visit_expr(&mut self, e: &ast::Expr) -> std::ops::ControlFlow<()> {
+        if let ast::Expr::Value(v) = e
+            && let ast::Value::Placeholder(p) = &v.value
+        {
+            (self.0)(p);
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
+/// Puts bound parameter values into a statement Sundial runs itself, as the
+/// literals PostgreSQL would read for them (strings quoted, so they take the type
+/// of what they meet, as an untyped parameter does).
+pub fn bind_placeholders(
+    stmt: &ast::Statement,
+    params: &datafusion::common::ParamValues,
+) -> Result<ast::Statement> {
+    use ast::VisitMut;
+    use datafusion::common::ScalarValue;
+    let datafusion::common::ParamValues::List(list) = params else {
+        return Err(Error::sql(
+            "08P01",
+            "named parameters are not supported here",
+        ));
+    };
+    let mut out = stmt.clone();
+    let mut missing = None;
+    let _ = out.visit(&mut BindValues(|p: &str| -> Option<ast::Expr> {
+        let i: usize = p.strip_prefix('$')?.parse().ok()?;
+        let Some(v) = list.get(i.checked_sub(1)?) else {
+            missing = Some(i);
+            return None;
+        };
+        let v = &v.value;
+        Some(match v {
+            _ if v.is_null() => ast::Expr::value(ast::Value::Null),
+            ScalarValue::Boolean(Some(b)) => ast::Expr::value(ast::Value::Boolean(*b)),
+            ScalarValue::Int8(_)
+            | ScalarValue::Int16(_)
+            | ScalarValue::Int32(_)
+            | ScalarValue::Int64(_)
+            | ScalarValue::UInt8(_)
+            | ScalarValue::UInt16(_)
+            | ScalarValue::UInt32(_)
+            | ScalarValue::UInt64(_)
+            | ScalarValue::Float32(_)
+            | ScalarValue::Float64(_)
+            | ScalarValue::Decimal128(..)
+                if v.to_string().parse::<f64>().is_ok_and(f64::is_finite) =>
+            {
+                let text = v.to_string();
+                let num = ast::Expr::value(ast::Value::Number(
+                    text.trim_start_matches('-').to_string(),
+                    false,
+                ));
+                if text.starts_with('-') {
+                    ast::Expr::UnaryOp {
+                        op: ast::UnaryOperator::Minus,
+                        expr: Box::new(num),
+                    }
+                } else {
+                    num
+                }
+            }
+            other => ast::Expr::value(ast::Value::SingleQuotedString(other.to_string())),
+        })
+    }));
+    if let Some(i) = missing {
+        return Err(Error::sql("08P01", format!("there is no parameter ${i}")));
+    }
+    Ok(out)
+}
+
+struct BindValues<F>(F);
+
+impl<F: FnMut(&str) -> Option<ast::Expr>> ast::VisitorMut for BindValues<F> {
+    type Break = ();
+    fn post_visit_expr(&mut self, e: &mut ast::Expr) -> std::ops::ControlFlow<()> {
+        if let ast::Expr::Value(v) = e
+            && let ast::Value::Placeholder(p) = &v.value
+            && let Some(new) = (self.0)(p)
+        {
+            *e = new;
+        }
+        std::ops::ControlFlow::Continue(())
+    }
 }

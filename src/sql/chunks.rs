@@ -143,6 +143,20 @@ fn signature_error(func: &str) -> Error {
     )
 }
 
+/// Whether management function `name` only reads (may run in a transaction block).
+pub fn is_read_only(name: &str) -> bool {
+    matches!(
+        name,
+        "show_chunks"
+            | "hypertable_size"
+            | "approximate_row_count"
+            | "hypertable_detailed_size"
+            | "chunks_detailed_size"
+            | "sundial_flush"
+            | "sundial_compact"
+    )
+}
+
 /// Runs one of [`FUNCTIONS`].
 pub async fn call(s: &Session, name: &str, args: &[FunctionArg]) -> Result<Output> {
     match name {
@@ -479,6 +493,9 @@ pub async fn delete(s: &Session, del: &ast::Delete) -> Result<Output> {
         return Err(Error::NotSupported("DELETE with joins".into()));
     }
     let table_name = super::args::table_name(name)?;
+    if s.staging.in_block() {
+        return stage_delete(s, &table_name, del.selection.as_ref()).await;
+    }
     s.engine.flush().await?;
     let m = s.engine.catalog().snapshot();
     let t = m.table(&s.db, &table_name)?.clone();
@@ -504,8 +521,55 @@ pub async fn delete(s: &Session, del: &ast::Delete) -> Result<Output> {
     Ok(Output::Command(format!("DELETE {deleted}")))
 }
 
+/// DELETE inside a transaction block: counts the rows the session sees matching
+/// (its own staged rows included), then stages the deletion for COMMIT.
+async fn stage_delete(
+    s: &Session,
+    table_name: &str,
+    selection: Option<&ast::Expr>,
+) -> Result<Output> {
+    let t = s
+        .engine
+        .catalog()
+        .snapshot()
+        .table(&s.db, table_name)?
+        .clone();
+    let quoted = format!("\"{}\"", table_name.replace('"', "\"\""));
+    let count_sql = match selection {
+        Some(w) => format!("SELECT count(*) FROM {quoted} WHERE {w}"),
+        None => format!("SELECT count(*) FROM {quoted}"),
+    };
+    let batches = s.ctx.sql(&count_sql).await?.collect().await?;
+    let n = match super::first_value(&batches)? {
+        ScalarValue::Int64(Some(n)) => n,
+        _ => 0,
+    };
+    let pred = match selection {
+        Some(w) => {
+            let df_schema = crate::query::staged::qualified_schema(&t)?;
+            s.ctx
+                .state()
+                .create_logical_expr(&w.to_string(), &df_schema)?
+        }
+        None => datafusion::prelude::lit(true),
+    };
+    s.staging.delete(t.id, pred);
+    Ok(Output::Command(format!("DELETE {n}")))
+}
+
 /// `TRUNCATE [TABLE] t [, ...]`.
 pub async fn truncate(s: &Session, names: &[ast::ObjectName]) -> Result<Output> {
+    if s.staging.in_block() {
+        let m = s.engine.catalog().snapshot();
+        let mut ids = vec![];
+        for n in names {
+            ids.push(m.table(&s.db, &super::args::table_name(n)?)?.id);
+        }
+        for id in ids {
+            s.staging.delete(id, datafusion::prelude::lit(true));
+        }
+        return Ok(Output::Command("TRUNCATE TABLE".into()));
+    }
     s.engine.flush().await?;
     for n in names {
         let name = super::args::table_name(n)?;

@@ -88,8 +88,19 @@ fn one_text_row(name: &str, value: String) -> Result<Output> {
 
 /// Runs a DDL statement or management function.
 pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
+    if s.staging.in_block() {
+        allowed_in_block(s, stmt)?;
+    }
     match stmt {
-        Statement::CreateTable(ct) => create_table(s, ct),
+        Statement::CreateTable(ct) => {
+            let name = args::table_name(&ct.name)?;
+            let existed = s.engine.catalog().snapshot().table(&s.db, &name).is_ok();
+            let out = create_table(s, ct)?;
+            if !existed {
+                s.created_in_block(&name);
+            }
+            Ok(out)
+        }
         Statement::CreateDatabase {
             db_name,
             if_not_exists,
@@ -113,9 +124,12 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             ..
         } => {
             for n in names {
-                s.engine
-                    .drop_table(&s.db, &args::table_name(n)?, *if_exists)
-                    .await?;
+                let name = args::table_name(n)?;
+                if s.staging.in_block() {
+                    s.drop_table_in_block(&name, *if_exists).await?;
+                } else {
+                    s.engine.drop_table(&s.db, &name, *if_exists).await?;
+                }
             }
             Ok(Output::Command("DROP TABLE".into()))
         }
@@ -149,6 +163,43 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             "statement not supported: {other}"
         ))),
     }
+}
+
+/// Inside a transaction block: DDL runs only where ROLLBACK can undo it (CREATE
+/// TABLE, and changes to a table created in the same block); reading management
+/// functions and DELETE / TRUNCATE (staged) run too. Anything else is refused
+/// before it changes anything.
+fn allowed_in_block(s: &Session, stmt: &Statement) -> Result<()> {
+    let table_of_block =
+        |n: &ast::ObjectName| args::table_name(n).is_ok_and(|t| s.is_created_in_block(&t));
+    let ok = match stmt {
+        Statement::CreateTable(_) | Statement::Delete(_) | Statement::Truncate(_) => true,
+        Statement::Drop {
+            object_type: ObjectType::Table,
+            ..
+        } => true,
+        Statement::AlterTable(at) => table_of_block(&at.name),
+        Statement::Query(_) => match management_call(stmt) {
+            Some((name, args)) => {
+                super::chunks::is_read_only(&name)
+                    || args
+                        .first()
+                        .and_then(|a| match a {
+                            FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(ast::Expr::Value(
+                                v,
+                            ))) => v.value.clone().into_string(),
+                            _ => None,
+                        })
+                        .is_some_and(|t| s.is_created_in_block(&t.to_ascii_lowercase()))
+            }
+            None => true,
+        },
+        _ => false,
+    };
+    if ok {
+        return Ok(());
+    }
+    s.check_ddl_in_block(&super::tx::ddl_name(stmt))
 }
 
 fn create_database(s: &Session, name: &str, if_not_exists: bool) -> Result<Output> {

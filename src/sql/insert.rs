@@ -367,7 +367,7 @@ pub async fn try_fast_insert(s: &Session, ins: &Insert) -> Result<Option<u64>> {
         }
     }
     match build_batch(table, &targets, texts, n_rows, tz_is_utc(s)) {
-        Some(batch) => Ok(Some(s.engine.write(table, batch).await?)),
+        Some(batch) => Ok(Some(s.write_rows(table, batch).await?)),
         None => Ok(None),
     }
 }

@@ -14,6 +14,7 @@ pub mod pg_catalog;
 pub mod plan_cache;
 pub mod prepass;
 pub mod session;
+pub mod tx;
 
 use std::sync::Arc;
 
@@ -90,6 +91,10 @@ pub struct Session {
     pub settings: functions::Settings,
     /// Optimized plans of the simple-protocol queries this session ran.
     pub plans: plan_cache::PlanCache,
+    /// Writes staged by an open transaction block (shared with `ctx`'s scans).
+    pub staging: Arc<crate::engine::tx::Staging>,
+    /// Savepoints, the aborted state, tables created in the block.
+    tx: parking_lot::Mutex<tx::TxState>,
 }
 
 impl std::fmt::Debug for Session {
@@ -543,6 +548,7 @@ impl Session {
     pub fn new(engine: Arc<Engine>, db: &str, user: &str, pid: i32) -> Result<Session> {
         engine.catalog().snapshot().database(db)?;
         let settings = session::default_settings(db, user);
+        let staging = Arc::new(crate::engine::tx::Staging::default());
         let cat = Arc::new(pg_catalog::CatalogCtx {
             engine: engine.clone(),
             db: db.to_string(),
@@ -554,6 +560,7 @@ impl Session {
                 cat.clone(),
             )),
             first_rules: functions::pgcoerce::first_rules(),
+            staging: staging.clone(),
         };
         let ctx = crate::query::context::new_context(&engine, db, pg);
         functions::register(&ctx, db, pid, settings.clone());
@@ -565,6 +572,8 @@ impl Session {
             ctx,
             settings,
             plans: plan_cache::PlanCache::default(),
+            staging,
+            tx: Default::default(),
         })
     }
 
@@ -579,6 +588,7 @@ impl Session {
         stmt: Statement,
         declared: &[Option<arrow::datatypes::DataType>],
     ) -> Result<Prepared> {
+        self.check_not_aborted(Some(&stmt))?;
         let state = self.ctx.state();
         let mut p = self.prepare_in(&state, stmt, declared).await?;
         // Describe must announce the types the rows will have: the unanalyzed plan
@@ -650,7 +660,16 @@ impl Session {
         params: Option<datafusion::common::ParamValues>,
     ) -> Result<Output> {
         match prepared {
-            Prepared::Native(stmt) => self.execute_native(stmt).await,
+            Prepared::Native(stmt) => {
+                self.check_not_aborted(Some(stmt))?;
+                match params {
+                    Some(p) => {
+                        self.execute_native(&args::bind_placeholders(stmt, &p)?)
+                            .await
+                    }
+                    None => self.execute_native(stmt).await,
+                }
+            }
             Prepared::Plan {
                 plan,
                 is_dml,
@@ -658,6 +677,7 @@ impl Session {
                 gapfill: fill,
                 ..
             } => {
+                self.check_not_aborted(None)?;
                 let plan = match params {
                     Some(p) => plan.clone().with_param_values(p)?,
                     None => plan.clone(),
@@ -727,12 +747,16 @@ impl Session {
 
     /// Runs one step of the simple-protocol query text `sql` (see [`Session::steps`]).
     pub async fn run_step(&self, sql: &str, step: Step) -> Result<Output> {
+        match &step {
+            Step::Statement(stmt) | Step::WholeQuery(stmt) => self.check_not_aborted(Some(stmt))?,
+            Step::Cached(_) | Step::Insert(..) => self.check_not_aborted(None)?,
+        }
         match step {
             Step::Cached(entry) => self.run_optimized(&self.ctx.state(), &entry).await,
             Step::WholeQuery(stmt) => self.run_query_caching(sql, stmt).await,
             Step::Statement(stmt) => self.run_statement(stmt).await,
             Step::Insert(table, batch) => {
-                let n = self.engine.write(&table, batch).await?;
+                let n = self.write_rows(&table, batch).await?;
                 Ok(Output::Command(format!("INSERT 0 {n}")))
             }
         }
@@ -804,6 +828,9 @@ impl Session {
     async fn execute_native(&self, stmt: &Statement) -> Result<Output> {
         // SET changes what a query text means (time zone, search path); DDL may too.
         self.plans.clear();
+        if let Some(out) = self.transaction_statement(stmt).await? {
+            return Ok(out);
+        }
         if copy::handles(stmt) {
             return copy::start(self, stmt).await;
         }
@@ -883,5 +910,5 @@ fn infer_placeholders(
 
 /// Statements Sundial runs itself rather than through DataFusion.
 fn is_native(stmt: &Statement) -> bool {
-    session::handles(stmt) || ddl::handles(stmt) || copy::handles(stmt)
+    tx::handles(stmt) || session::handles(stmt) || ddl::handles(stmt) || copy::handles(stmt)
 }

@@ -1,5 +1,5 @@
 //! Session statements clients send on connect: `SET`, `RESET`, `SHOW`,
-//! `BEGIN`/`COMMIT`/`ROLLBACK`, savepoints, `DISCARD`; settings live per connection.
+//! `DISCARD`, `DEALLOCATE`; settings live per connection (transactions: `tx`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -65,13 +65,8 @@ pub fn handles(stmt: &Statement) -> bool {
         Statement::Set(_)
             | Statement::Reset(_)
             | Statement::ShowVariable { .. }
-            | Statement::StartTransaction { .. }
-            | Statement::Commit { .. }
-            | Statement::Rollback { .. }
             | Statement::Discard { .. }
             | Statement::Deallocate { .. }
-            | Statement::Savepoint { .. }
-            | Statement::ReleaseSavepoint { .. }
     )
 }
 
@@ -304,15 +299,6 @@ pub fn execute(session: &Session, stmt: &Statement) -> Result<Option<Output>> {
                 }
             }
         }
-        Statement::StartTransaction { .. } => Output::TxStart("BEGIN".into()),
-        Statement::Commit { .. } => Output::TxEnd("COMMIT".into()),
-        // Savepoints are accepted as no-ops: statements are not transactional.
-        Statement::Rollback {
-            savepoint: Some(_), ..
-        } => Output::Command("ROLLBACK".into()),
-        Statement::Rollback { .. } => Output::TxEnd("ROLLBACK".into()),
-        Statement::Savepoint { .. } => Output::Command("SAVEPOINT".into()),
-        Statement::ReleaseSavepoint { .. } => Output::Command("RELEASE".into()),
         Statement::Discard { .. } => Output::Command("DISCARD ALL".into()),
         Statement::Deallocate { .. } => Output::Command("DEALLOCATE".into()),
         _ => return Ok(None),

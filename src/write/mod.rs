@@ -24,6 +24,8 @@ use crate::storage;
 use crate::wal::{Replayed, Wal};
 
 const KIND_WRITE: u8 = 1;
+/// Rows for several tables written as one record: a committed transaction.
+const KIND_TX: u8 = 2;
 
 /// Rows of one chunk held in memory: a list of batches in arrival order.
 type ChunkBatches = BTreeMap<i64, Vec<MemBatch>>;
@@ -167,6 +169,57 @@ impl WriteService {
         Ok(rows)
     }
 
+    /// Makes the rows of a committed transaction (batches already validated, for
+    /// possibly several tables) durable as one WAL record and visible at once: after
+    /// a crash either all of them come back or none. Returns rows written.
+    pub async fn write_many(&self, writes: &[(Arc<TableDef>, RecordBatch)]) -> Result<u64> {
+        let writes: Vec<&(Arc<TableDef>, RecordBatch)> =
+            writes.iter().filter(|(_, b)| b.num_rows() > 0).collect();
+        if writes.is_empty() {
+            return Ok(0);
+        }
+        let mut parts = Vec::with_capacity(writes.len());
+        let mut payload = vec![KIND_TX];
+        payload.extend_from_slice(&(writes.len() as u32).to_le_bytes());
+        let mut rows = 0u64;
+        for (table, batch) in &writes {
+            let batch = storage::adapt_batch(batch, &table.schema())?;
+            rows += batch.num_rows() as u64;
+            let one = encode_payload(table.id, &batch)?;
+            payload.extend_from_slice(&(one.len() as u64).to_le_bytes());
+            payload.extend_from_slice(&one);
+            let p = split_by_chunk(table, &batch)?
+                .into_iter()
+                .map(|(start, b)| Ok((start, MemBatch::new(table, b)?)))
+                .collect::<Result<Vec<_>>>()?;
+            parts.push((table.id, p));
+        }
+        while self.mem.read().bytes > self.flush_size.saturating_mul(2) {
+            self.notify.notify_one();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        {
+            let _g = self.gate.read().await;
+            self.wal.append(&payload).await?;
+            let _v = self.visibility.write();
+            for (id, p) in parts {
+                self.insert_mem(id, p);
+            }
+        }
+        self.stats.rows_written.fetch_add(rows, Ordering::Relaxed);
+        if self.mem.read().bytes >= self.flush_size {
+            self.notify.notify_one();
+        }
+        Ok(rows)
+    }
+
+    /// Replaces or removes files and adds new ones for several tables in one
+    /// catalog step (a committed transaction that deletes rows).
+    pub fn commit_files(&self, changes: &[crate::catalog::FilesChange]) -> Result<()> {
+        let _v = self.visibility.write();
+        self.catalog.commit_files(changes)
+    }
+
     fn insert_mem(&self, table_id: u64, parts: Vec<(i64, MemBatch)>) {
         let mut mem = self.mem.write();
         let added: usize = parts
@@ -185,11 +238,28 @@ impl WriteService {
     pub fn replay(&self, records: Vec<Replayed>) -> Result<usize> {
         let manifest = self.catalog.snapshot();
         let mut n = 0;
-        for r in records {
-            let (table_id, batches) = decode_payload(&r.payload)
-                .map_err(|e| Error::Wal(format!("record {} cannot be decoded: {e}", r.seq)))?;
+        let decoded = records.iter().map(|r| {
+            decode_record(&r.payload)
+                .map_err(|e| Error::Wal(format!("record {} cannot be decoded: {e}", r.seq)))
+        });
+        for rec in decoded {
+            for (table_id, batches) in rec? {
+                n += self.replay_one(&manifest, table_id, batches)?;
+            }
+        }
+        Ok(n)
+    }
+
+    fn replay_one(
+        &self,
+        manifest: &crate::catalog::Manifest,
+        table_id: u64,
+        batches: Vec<RecordBatch>,
+    ) -> Result<usize> {
+        let mut n = 0;
+        {
             let Some((_, table)) = manifest.table_by_id(table_id) else {
-                continue; // table dropped since
+                return Ok(0); // table dropped since
             };
             let schema = table.schema();
             for b in batches {
@@ -467,6 +537,30 @@ fn encode_payload(table_id: u64, batch: &RecordBatch) -> Result<Vec<u8>> {
         let mut w = StreamWriter::try_new(&mut out, &batch.schema())?;
         w.write(batch)?;
         w.finish()?;
+    }
+    Ok(out)
+}
+
+/// The `(table id, batches)` of one WAL record: one table, or a transaction's several.
+fn decode_record(p: &[u8]) -> Result<Vec<(u64, Vec<RecordBatch>)>> {
+    if p.first() != Some(&KIND_TX) {
+        return Ok(vec![decode_payload(p)?]);
+    }
+    let bad = || Error::Wal("truncated transaction record".into());
+    let count = u32::from_le_bytes(p.get(1..5).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+    let mut at = 5usize;
+    let mut out = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let len = u64::from_le_bytes(
+            p.get(at..at + 8)
+                .ok_or_else(bad)?
+                .try_into()
+                .map_err(|_| bad())?,
+        ) as usize;
+        at += 8;
+        let one = p.get(at..at.saturating_add(len)).ok_or_else(bad)?;
+        out.push(decode_payload(one)?);
+        at += len;
     }
     Ok(out)
 }

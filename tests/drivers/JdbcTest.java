@@ -212,6 +212,38 @@ public class JdbcTest {
             }
         });
 
+        // setAutoCommit(false): statements run in a transaction that commit() or
+        // rollback() ends; a Savepoint rolls back part of it.
+        step("rollback, commit and savepoint with autocommit off", null, () -> {
+            String countSql = "SELECT count(*) FROM " + TABLE;
+            long before;
+            try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(countSql)) {
+                rs.next();
+                before = rs.getLong(1);
+            }
+            conn.setAutoCommit(false);
+            try (Statement st = conn.createStatement()) {
+                st.executeUpdate("INSERT INTO " + TABLE + " (time, device) VALUES ('2030-01-01 00:00:00+00', 'tx')");
+                conn.rollback();
+                try (ResultSet rs = st.executeQuery(countSql)) {
+                    rs.next();
+                    eq("rows after rollback", rs.getLong(1), before);
+                }
+                st.executeUpdate("INSERT INTO " + TABLE + " (time, device) VALUES ('2030-01-01 00:00:00+00', 'tx')");
+                java.sql.Savepoint sp = conn.setSavepoint("sp1");
+                st.executeUpdate("INSERT INTO " + TABLE + " (time, device) VALUES ('2030-01-02 00:00:00+00', 'tx')");
+                conn.rollback(sp);
+                conn.commit();
+                try (ResultSet rs = st.executeQuery(countSql)) {
+                    rs.next();
+                    eq("rows after savepoint rollback and commit", rs.getLong(1), before + 1);
+                }
+                st.executeUpdate("DELETE FROM " + TABLE + " WHERE device = 'tx'");
+                conn.commit();
+            }
+            conn.setAutoCommit(true);
+        });
+
         step("close", null, () -> conn.close());
         finish();
     }

@@ -148,6 +148,25 @@ async function main() {
     });
   });
 
+  await step('BEGIN / ROLLBACK / COMMIT and SAVEPOINT', null, async () => {
+    const count = async () => Number((await client.query(`SELECT count(*) AS n FROM ${TABLE}`)).rows[0].n);
+    const before = await count();
+    await client.query('BEGIN');
+    await client.query(ins, ROWS[0]);
+    eq('rows inside the block', await count(), before + 1);
+    await client.query('ROLLBACK');
+    eq('rows after ROLLBACK', await count(), before);
+    await client.query('BEGIN');
+    await client.query(ins, ROWS[0]);
+    await client.query('SAVEPOINT s1');
+    let failed = null;
+    try { await client.query('SELECT 1/0'); } catch (e) { failed = e.code; }
+    eq('division by zero SQLSTATE', failed, '22012');
+    await client.query('ROLLBACK TO SAVEPOINT s1');
+    await client.query('COMMIT');
+    eq('rows after COMMIT', await count(), before + 1);
+  });
+
   await step('close', null, () => client.end());
   finish();
 }

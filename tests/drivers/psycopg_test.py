@@ -69,4 +69,34 @@ with c.step("ParameterStatus follows SET TimeZone", "SET TimeZone = 'Europe/Berl
     c.eq("TimeZone parameter status after RESET", conn.info.parameter_status("TimeZone"), "UTC")
 
 conn.close()
+
+# psycopg's default: autocommit off, every statement inside a transaction that
+# commit() / rollback() end; conn.transaction() nests as savepoints.
+with c.step("rollback, commit and savepoints with autocommit off"):
+    tx = psycopg.connect(host=HOST, port=PORT, dbname=DB, user=USER,
+                         sslmode="disable", connect_timeout=10)
+    count_sql = f"SELECT count(*) FROM {TABLE}"
+    before = tx.execute(count_sql).fetchone()[0]
+    tx.commit()
+    tx.execute(ins, ROWS[0])
+    c.eq("rows seen inside the transaction", tx.execute(count_sql).fetchone()[0], before + 1)
+    tx.rollback()
+    c.eq("rows after rollback", tx.execute(count_sql).fetchone()[0], before)
+    tx.execute(ins, ROWS[0])
+    try:
+        with tx.transaction():
+            tx.execute(ins, ROWS[1])
+            tx.execute("SELECT 1/0")
+    except psycopg.errors.DivisionByZero:
+        pass
+    c.eq("status after the failed savepoint", tx.info.transaction_status.name, "INTRANS")
+    tx.commit()
+    c.eq("rows after commit (savepoint rolled back)",
+         tx.execute(count_sql).fetchone()[0], before + 1)
+    tx.execute(f"DELETE FROM {TABLE} WHERE device = %s", (ROWS[0][1],))
+    tx.rollback()
+    c.eq("rows after a rolled-back DELETE", tx.execute(count_sql).fetchone()[0], before + 1)
+    tx.rollback()
+    tx.close()
+
 c.finish()

@@ -13,4 +13,5 @@ mod pg_compare;
 mod plan_cache;
 mod psql;
 mod scan;
+mod transactions;
 mod wire;

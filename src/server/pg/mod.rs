@@ -32,6 +32,9 @@ use pgwire::api::{
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::extendedquery::{Describe, Execute, Sync as PgSync};
+use pgwire::messages::response::{ReadyForQuery, TransactionStatus};
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::net::TcpListener;
@@ -40,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::sql::functions::pgtext::pg_text_batch;
+use crate::sql::tx::Status as TxStatus;
 use crate::sql::{self, Output, Prepared, Session};
 
 /// Converts a Sundial error to a client-visible ErrorResponse.
@@ -394,8 +398,40 @@ fn fresh_cancel(c: &Conn) {
     *c.cancel.lock() = CancellationToken::new();
 }
 
+/// The status ReadyForQuery reports for the session's transaction.
+fn wire_status(c: &Conn) -> TransactionStatus {
+    match c.session.tx_status() {
+        TxStatus::Idle => TransactionStatus::Idle,
+        TxStatus::InBlock => TransactionStatus::Transaction,
+        TxStatus::Failed => TransactionStatus::Error,
+    }
+}
+
 #[async_trait]
 impl SimpleQueryHandler for Handler {
+    /// pgwire derives the status it reports from the status before the query and
+    /// the responses (an error moves a block to failed, BEGIN into one, COMMIT and
+    /// ROLLBACK out of it); starting from "in a block" whenever the session is in
+    /// one, failed or not, makes `ROLLBACK TO SAVEPOINT` leave the failed state.
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let c = conn_of(client)?;
+        client.set_transaction_status(match c.session.tx_status() {
+            TxStatus::Idle => TransactionStatus::Idle,
+            TxStatus::InBlock | TxStatus::Failed => TransactionStatus::Transaction,
+        });
+        let r = self._on_query(client, query).await;
+        if r.is_err() {
+            c.session.note_error();
+        }
+        r
+    }
+
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -410,7 +446,10 @@ impl SimpleQueryHandler for Handler {
         let before = reported(&c);
         let steps = match c.session.steps(query) {
             Ok(s) => s,
-            Err(e) => return Ok(vec![Response::Error(Box::new(err_info(e)))]),
+            Err(e) => {
+                c.session.note_error();
+                return Ok(vec![Response::Error(Box::new(err_info(e)))]);
+            }
         };
         // only comments (pgx's ping is `-- ping`): PostgreSQL answers EmptyQueryResponse
         if steps.is_empty() {
@@ -429,6 +468,7 @@ impl SimpleQueryHandler for Handler {
             match res {
                 Ok(o) => out.push(to_response(&c, o, &Format::UnifiedText)?),
                 Err(e) => {
+                    c.session.note_error();
                     out.push(Response::Error(Box::new(err_info(e))));
                     break;
                 }
@@ -451,6 +491,9 @@ fn err_info(e: Error) -> ErrorInfo {
 #[derive(Clone, Debug)]
 pub struct Stmt {
     prepared: Prepared,
+    /// Parameter types the client declared in Parse (what a statement Sundial runs
+    /// itself expects its `$n` values as).
+    declared: Vec<Option<DataType>>,
 }
 
 /// Arrow type for a parameter type a client declares in Parse.
@@ -475,9 +518,24 @@ fn pg_to_arrow(t: &Type) -> Option<DataType> {
 /// Plans statements at Parse time.
 pub struct Parser;
 
-fn param_types(p: &Prepared) -> Vec<Option<DataType>> {
-    let Prepared::Plan { plan, .. } = p else {
-        return vec![];
+fn param_types(stmt: &Stmt) -> Vec<Option<DataType>> {
+    let plan = match &stmt.prepared {
+        Prepared::Plan { plan, .. } => plan,
+        Prepared::Native(n) => {
+            // Declared types, text for the rest.
+            let n = sql::args::placeholder_count(n);
+            return (0..n)
+                .map(|i| {
+                    Some(
+                        stmt.declared
+                            .get(i)
+                            .cloned()
+                            .flatten()
+                            .unwrap_or(DataType::Utf8),
+                    )
+                })
+                .collect();
+        }
     };
     let types = placeholder_types(plan);
     let mut v: Vec<(usize, Option<DataType>)> = types
@@ -564,30 +622,15 @@ impl QueryParser for Parser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let c = conn_of(client)?;
-        let mut stmts = sql::parse(sql_text).map_err(to_pg)?;
-        if stmts.len() > 1 {
-            return Err(to_pg(Error::sql(
-                "42601",
-                "cannot insert multiple commands into a prepared statement",
-            )));
+        let r = parse_one(&c, sql_text, types).await;
+        if r.is_err() {
+            c.session.note_error();
         }
-        let Some(stmt) = stmts.pop() else {
-            return Ok(None);
-        };
-        let declared: Vec<Option<DataType>> = types
-            .iter()
-            .map(|t| t.as_ref().and_then(pg_to_arrow))
-            .collect();
-        let prepared = c
-            .session
-            .prepare_typed(stmt, &declared)
-            .await
-            .map_err(to_pg)?;
-        Ok(Some(Stmt { prepared }))
+        r
     }
 
     fn get_parameter_types(&self, stmt: &Stmt) -> PgWireResult<Vec<Type>> {
-        param_types(&stmt.prepared)
+        param_types(stmt)
             .iter()
             .map(|t| match t {
                 Some(dt) => into_pg_type(dt),
@@ -608,6 +651,32 @@ impl QueryParser for Parser {
     }
 }
 
+/// Parse: one statement, prepared with the parameter types the client declared.
+async fn parse_one(c: &Conn, sql_text: &str, types: &[Option<Type>]) -> PgWireResult<Option<Stmt>> {
+    {
+        let mut stmts = sql::parse(sql_text).map_err(to_pg)?;
+        if stmts.len() > 1 {
+            return Err(to_pg(Error::sql(
+                "42601",
+                "cannot insert multiple commands into a prepared statement",
+            )));
+        }
+        let Some(stmt) = stmts.pop() else {
+            return Ok(None);
+        };
+        let declared: Vec<Option<DataType>> = types
+            .iter()
+            .map(|t| t.as_ref().and_then(pg_to_arrow))
+            .collect();
+        let prepared = c
+            .session
+            .prepare_typed(stmt, &declared)
+            .await
+            .map_err(to_pg)?;
+        Ok(Some(Stmt { prepared, declared }))
+    }
+}
+
 #[async_trait]
 impl ExtendedQueryHandler for Handler {
     type Statement = Stmt;
@@ -615,6 +684,62 @@ impl ExtendedQueryHandler for Handler {
 
     fn query_parser(&self) -> Arc<Parser> {
         self.parser.clone()
+    }
+
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let r = self._on_execute(client, message).await;
+        if r.is_err()
+            && let Ok(c) = conn_of(client)
+        {
+            c.session.note_error();
+        }
+        r
+    }
+
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let r = self._on_describe(client, message).await;
+        if r.is_err()
+            && let Ok(c) = conn_of(client)
+        {
+            c.session.note_error();
+        }
+        r
+    }
+
+    /// ReadyForQuery reports the session's own transaction state (pgwire's tracking
+    /// cannot see `ROLLBACK TO SAVEPOINT` leave a failed block).
+    async fn on_sync<C>(&self, client: &mut C, _message: PgSync) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.portal_store().rm_portal("");
+        let status = match conn_of(client) {
+            Ok(c) => wire_status(&c),
+            Err(_) => client.transaction_status(),
+        };
+        client.set_transaction_status(status);
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                status,
+            )))
+            .await?;
+        client.flush().await?;
+        Ok(())
     }
 
     async fn do_query<C>(
@@ -633,7 +758,7 @@ impl ExtendedQueryHandler for Handler {
         let _active = Active::new(&self.active);
         fresh_cancel(&c);
         let prepared = &portal.statement.statement.prepared;
-        let types = param_types(prepared);
+        let types = param_types(&portal.statement.statement);
         let params = if types.is_empty() && portal.parameter_len() == 0 {
             None
         } else {
@@ -728,8 +853,17 @@ impl CopyHandler for Handler {
         };
         let _active = Active::new(&self.active);
         let table = state.table.clone();
-        let (batch, rows) = state.finish().map_err(to_pg)?;
-        c.session.engine.write(&table, batch).await.map_err(to_pg)?;
+        let written = match state.finish() {
+            Ok((batch, rows)) => c.session.write_rows(&table, batch).await.map(|_| rows),
+            Err(e) => Err(e),
+        };
+        let rows = match written {
+            Ok(rows) => rows,
+            Err(e) => {
+                c.session.note_error();
+                return Err(to_pg(e));
+            }
+        };
         let tag = Tag::new("COPY").with_rows(rows as usize);
         client
             .send(PgWireBackendMessage::CommandComplete(tag.into()))
@@ -745,6 +879,7 @@ impl CopyHandler for Handler {
     {
         if let Ok(c) = conn_of(client) {
             c.copy.lock().take();
+            c.session.note_error();
         }
         to_pg(Error::sql(
             "57014",

@@ -1,0 +1,430 @@
+//! Transaction blocks as PostgreSQL runs them: `BEGIN` stages the session's writes,
+//! `COMMIT` applies them atomically (one WAL record, or one catalog step when rows
+//! are deleted), `ROLLBACK` drops them; savepoints, the aborted state (25P02), and
+//! which DDL a block may hold.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use datafusion::sql::sqlparser::ast::{self, Statement};
+
+use super::{Output, Session};
+use crate::catalog::{DROPPED_PREFIX, TableDef};
+use crate::engine::TableChange;
+use crate::engine::tx::StagedOp;
+use crate::error::{Error, Result};
+
+/// What the session's transaction looks like to the client (ReadyForQuery).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Idle,
+    InBlock,
+    /// An error happened in the block: only ROLLBACK (TO) or COMMIT are accepted.
+    Failed,
+}
+
+/// One savepoint: where the staged changes and the block's DDL stood.
+#[derive(Debug, Clone)]
+struct Savepoint {
+    name: String,
+    mark: usize,
+    undo: usize,
+}
+
+/// DDL a block ran, and how ROLLBACK undoes it.
+#[derive(Debug, Clone)]
+enum Undo {
+    /// CREATE TABLE: dropped again.
+    Created(String),
+    /// DROP TABLE: the table was only renamed to `hidden`; ROLLBACK gives it its
+    /// name back, COMMIT drops it.
+    Dropped { hidden: String, name: String },
+}
+
+/// Per-session transaction state beyond the staged writes.
+#[derive(Debug, Default)]
+pub struct TxState {
+    aborted: bool,
+    savepoints: Vec<Savepoint>,
+    undo: Vec<Undo>,
+}
+
+/// Whether `stmt` ends or repairs a failed block (accepted in the aborted state).
+fn leaves_failed_block(stmt: &Statement) -> bool {
+    matches!(stmt, Statement::Commit { .. } | Statement::Rollback { .. })
+}
+
+fn aborted_error() -> Error {
+    Error::sql(
+        "25P02",
+        "current transaction is aborted, commands ignored until end of transaction block",
+    )
+}
+
+impl Session {
+    /// The transaction status to report.
+    pub fn tx_status(&self) -> Status {
+        if !self.staging.in_block() {
+            Status::Idle
+        } else if self.tx.lock().aborted {
+            Status::Failed
+        } else {
+            Status::InBlock
+        }
+    }
+
+    /// Records that a statement failed: inside a block, the block is now aborted.
+    pub fn note_error(&self) {
+        if self.staging.in_block() {
+            self.tx.lock().aborted = true;
+        }
+    }
+
+    /// 25P02 when the block is aborted and `stmt` (`None`: a statement known not to
+    /// end a block) is not ROLLBACK or COMMIT.
+    pub fn check_not_aborted(&self, stmt: Option<&Statement>) -> Result<()> {
+        if self.tx_status() == Status::Failed && !stmt.is_some_and(leaves_failed_block) {
+            return Err(aborted_error());
+        }
+        Ok(())
+    }
+
+    /// Writes rows now, or stages them inside a transaction block.
+    pub async fn write_rows(&self, table: &Arc<TableDef>, batch: RecordBatch) -> Result<u64> {
+        if self.staging.in_block() {
+            self.staging.insert(table, batch)
+        } else {
+            self.engine.write(table, batch).await
+        }
+    }
+
+    /// Inside a block: refuses DDL that ROLLBACK could not undo (25001), before it
+    /// changes anything, as PostgreSQL refuses `CREATE DATABASE` in a block.
+    pub fn check_ddl_in_block(&self, what: &str) -> Result<()> {
+        if self.staging.in_block() {
+            return Err(Error::sql(
+                "25001",
+                format!(
+                    "{what} cannot run inside a transaction block (Sundial runs CREATE TABLE, DROP TABLE and changes to tables created in the block transactionally; run it outside BEGIN ... COMMIT, or in autocommit mode)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Remembers a table created inside the block (ROLLBACK drops it).
+    pub fn created_in_block(&self, name: &str) {
+        if self.staging.in_block() {
+            self.tx.lock().undo.push(Undo::Created(name.to_string()));
+        }
+    }
+
+    /// Whether table `name` was created in the open block (its DDL may follow).
+    pub fn is_created_in_block(&self, name: &str) -> bool {
+        self.staging.in_block()
+            && self
+                .tx
+                .lock()
+                .undo
+                .iter()
+                .any(|u| matches!(u, Undo::Created(n) if n == name))
+    }
+
+    /// DROP TABLE inside a block: a table the block created goes at once; another
+    /// is renamed out of the way until COMMIT drops it (ROLLBACK renames it back).
+    pub async fn drop_table_in_block(&self, name: &str, if_exists: bool) -> Result<()> {
+        let m = self.engine.catalog().snapshot();
+        let t = match m.table(&self.db, name) {
+            Ok(t) => t.clone(),
+            Err(_) if if_exists => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        self.plans.clear();
+        if self.is_created_in_block(name) {
+            self.engine.drop_table(&self.db, name, true).await?;
+            return Ok(());
+        }
+        let hidden = format!("{DROPPED_PREFIX}{}_{name}", t.id);
+        self.engine
+            .catalog()
+            .rename_table(&self.db, name, &hidden)?;
+        self.tx.lock().undo.push(Undo::Dropped {
+            hidden,
+            name: name.to_string(),
+        });
+        Ok(())
+    }
+
+    /// Runs a transaction-control statement; `None` if `stmt` is not one.
+    pub(crate) async fn transaction_statement(&self, stmt: &Statement) -> Result<Option<Output>> {
+        Ok(Some(match stmt {
+            Statement::StartTransaction { begin, .. } => {
+                if self.staging.in_block() {
+                    tracing::debug!("BEGIN inside a transaction block: already in one");
+                } else {
+                    self.staging.begin();
+                    *self.tx.lock() = TxState::default();
+                }
+                Output::TxStart(if *begin { "BEGIN" } else { "START TRANSACTION" }.into())
+            }
+            Statement::Commit { chain, .. } => {
+                let failed = self.tx_status() == Status::Failed;
+                let tag = if failed { "ROLLBACK" } else { "COMMIT" };
+                if failed {
+                    self.discard().await;
+                } else if self.staging.in_block() {
+                    self.commit().await?;
+                }
+                self.end_block(*chain, tag)
+            }
+            Statement::Rollback {
+                savepoint: Some(name),
+                ..
+            } => {
+                self.rollback_to(&name.value).await?;
+                Output::Command("ROLLBACK".into())
+            }
+            Statement::Rollback { chain, .. } => {
+                self.discard().await;
+                self.end_block(*chain, "ROLLBACK")
+            }
+            Statement::Savepoint { name } => {
+                if !self.staging.in_block() {
+                    return Err(Error::sql(
+                        "25P01",
+                        "SAVEPOINT can only be used in transaction blocks",
+                    ));
+                }
+                let mark = self.staging.mark();
+                let mut tx = self.tx.lock();
+                let undo = tx.undo.len();
+                tx.savepoints.push(Savepoint {
+                    name: name.value.clone(),
+                    mark,
+                    undo,
+                });
+                Output::Command("SAVEPOINT".into())
+            }
+            Statement::ReleaseSavepoint { name } => {
+                let mut tx = self.tx.lock();
+                let Some(i) = find_savepoint(&tx.savepoints, &name.value) else {
+                    drop(tx);
+                    return Err(no_savepoint(self, &name.value));
+                };
+                tx.savepoints.truncate(i);
+                Output::Command("RELEASE".into())
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    /// Output of COMMIT / ROLLBACK; `AND CHAIN` opens the next block at once.
+    fn end_block(&self, chain: bool, tag: &str) -> Output {
+        if chain {
+            self.staging.begin();
+            *self.tx.lock() = TxState::default();
+            Output::TxStart(tag.into())
+        } else {
+            Output::TxEnd(tag.into())
+        }
+    }
+
+    /// `ROLLBACK TO SAVEPOINT name`: forgets what came after it, keeps it, and
+    /// leaves the aborted state.
+    async fn rollback_to(&self, name: &str) -> Result<()> {
+        let (mark, dropped) = {
+            let mut tx = self.tx.lock();
+            let Some(i) = find_savepoint(&tx.savepoints, name) else {
+                drop(tx);
+                return Err(no_savepoint(self, name));
+            };
+            let sp = tx.savepoints[i].clone();
+            tx.savepoints.truncate(i + 1);
+            tx.aborted = false;
+            let undo = tx.undo.split_off(sp.undo);
+            (sp.mark, undo)
+        };
+        self.staging.rollback_to(mark);
+        self.undo(dropped).await;
+        Ok(())
+    }
+
+    /// Ends the block dropping everything it staged and undoing its DDL.
+    async fn discard(&self) {
+        self.staging.finish();
+        let undo = std::mem::take(&mut *self.tx.lock()).undo;
+        self.undo(undo).await;
+    }
+
+    /// Undoes DDL, newest first.
+    async fn undo(&self, steps: Vec<Undo>) {
+        if !steps.is_empty() {
+            self.plans.clear();
+        }
+        for u in steps.into_iter().rev() {
+            let r = match &u {
+                Undo::Created(t) => self.engine.drop_table(&self.db, t, true).await.map(|_| ()),
+                Undo::Dropped { hidden, name } => {
+                    self.engine.catalog().rename_table(&self.db, hidden, name)
+                }
+            };
+            if let Err(e) = r {
+                tracing::warn!(step = ?u, error = %e, "could not undo DDL of a rolled-back block");
+            }
+        }
+    }
+
+    /// After COMMIT: the tables the block dropped go for good.
+    async fn finish_drops(&self, steps: &[Undo]) {
+        for u in steps {
+            if let Undo::Dropped { hidden, .. } = u
+                && let Err(e) = self.engine.drop_table(&self.db, hidden, true).await
+            {
+                tracing::warn!(table = %hidden, error = %e, "could not drop a table dropped by a committed block");
+            }
+        }
+    }
+
+    /// Applies the block's staged changes. Inserts only: one WAL record for every
+    /// table. With deletions: memtables are flushed, then every table's deletions
+    /// (file rewrites) and inserts (new chunk files) become one catalog step. On
+    /// failure nothing is applied and the block stays, aborted.
+    async fn commit(&self) -> Result<()> {
+        let ops = self.staging.finish();
+        let undo = std::mem::take(&mut *self.tx.lock()).undo;
+        match self.apply(ops).await {
+            Ok(()) => {
+                self.finish_drops(&undo).await;
+                Ok(())
+            }
+            Err(e) => {
+                // Keep PostgreSQL's shape: the client must ROLLBACK the failed block.
+                self.staging.begin();
+                let mut tx = self.tx.lock();
+                tx.aborted = true;
+                tx.undo = undo;
+                Err(e)
+            }
+        }
+    }
+
+    async fn apply(&self, ops: Vec<StagedOp>) -> Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        if !ops.iter().any(|o| matches!(o, StagedOp::Delete { .. })) {
+            let writes: Vec<(Arc<TableDef>, RecordBatch)> = ops
+                .into_iter()
+                .filter_map(|o| match o {
+                    StagedOp::Insert { table, batch } => Some((table, batch)),
+                    StagedOp::Delete { .. } => None,
+                })
+                .collect();
+            // Rows for a table dropped meanwhile would come back on replay as
+            // nothing: refuse instead.
+            let m = self.engine.catalog().snapshot();
+            let mut current = Vec::with_capacity(writes.len());
+            for (t, b) in writes {
+                let (_, now) = m
+                    .table_by_id(t.id)
+                    .ok_or_else(|| Error::UndefinedTable(t.name.clone()))?;
+                current.push((now.clone(), b));
+            }
+            self.engine.write_many(&current).await?;
+            return Ok(());
+        }
+        self.engine.flush().await?;
+        let m = self.engine.catalog().snapshot();
+        let mut ids: Vec<u64> = vec![];
+        for o in &ops {
+            if !ids.contains(&o.table_id()) {
+                ids.push(o.table_id());
+            }
+        }
+        let state = self.ctx.state();
+        let mut tables = vec![];
+        for id in ids {
+            let (_, t) = m
+                .table_by_id(id)
+                .ok_or_else(|| Error::UndefinedTable(format!("table id {id}")))?;
+            let mine: Vec<StagedOp> = ops.iter().filter(|o| o.table_id() == id).cloned().collect();
+            let folded = crate::query::staged::fold(&state, t, &mine)?;
+            tables.push((t.clone(), folded));
+        }
+        let mut changes = vec![];
+        for (t, folded) in &tables {
+            let (pred, files) = match &folded.deleted {
+                Some(deleted) => {
+                    let df_schema = crate::query::staged::qualified_schema(t)?;
+                    let pred = state.create_physical_expr(deleted.clone(), &df_schema)?;
+                    let schema = t.schema();
+                    let may =
+                        crate::query::provider::files_may_match(&schema, pred.clone(), &t.files);
+                    let all = crate::query::provider::files_all_match(
+                        &state, &schema, deleted, &t.files,
+                    )?;
+                    let files = t
+                        .files
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| may[*i])
+                        .map(|(i, f)| (f, all[i]))
+                        .collect();
+                    (Some(pred), files)
+                }
+                None => (None, vec![]),
+            };
+            changes.push(TableChange {
+                table: t.clone(),
+                pred,
+                files,
+                inserts: folded.inserts.clone(),
+            });
+        }
+        self.engine.commit_changes(&self.db, changes).await
+    }
+}
+
+fn find_savepoint(sps: &[Savepoint], name: &str) -> Option<usize> {
+    sps.iter().rposition(|s| s.name == name)
+}
+
+fn no_savepoint(s: &Session, name: &str) -> Error {
+    if !s.staging.in_block() {
+        return Error::sql(
+            "25P01",
+            "ROLLBACK TO SAVEPOINT can only be used in transaction blocks",
+        );
+    }
+    Error::sql("3B001", format!("savepoint \"{name}\" does not exist"))
+}
+
+/// Whether `stmt` is transaction control.
+pub fn handles(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::StartTransaction { .. }
+            | Statement::Commit { .. }
+            | Statement::Rollback { .. }
+            | Statement::Savepoint { .. }
+            | Statement::ReleaseSavepoint { .. }
+    )
+}
+
+/// The name DDL refused in a block goes by in the error.
+pub fn ddl_name(stmt: &Statement) -> String {
+    match stmt {
+        Statement::Drop { object_type, .. } => format!("DROP {object_type}"),
+        Statement::AlterTable(_) => "ALTER TABLE".into(),
+        Statement::CreateDatabase { .. } => "CREATE DATABASE".into(),
+        Statement::Call(_) => "CALL".into(),
+        Statement::Query(q) => match q.body.as_ref() {
+            ast::SetExpr::Select(s) => match s.projection.first() {
+                Some(ast::SelectItem::UnnamedExpr(ast::Expr::Function(f))) => f.name.to_string(),
+                _ => "this statement".into(),
+            },
+            _ => "this statement".into(),
+        },
+        _ => "this statement".into(),
+    }
+}

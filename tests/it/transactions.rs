@@ -1,0 +1,201 @@
+//! Transaction blocks over the wire: other sessions see a block's writes only
+//! after COMMIT, tokio-postgres transactions and savepoints (extended protocol),
+//! the aborted state, COPY in a block, and crash safety of COMMIT.
+
+use bytes::Bytes;
+use futures::SinkExt;
+use tokio_postgres::{Client, GenericClient};
+
+use crate::harness::{TestServer, text_rows};
+
+async fn count(c: &impl GenericClient, table: &str) -> i64 {
+    let rows = c
+        .query(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .unwrap_or_else(|e| panic!("count {table}: {e:?}"));
+    rows[0].get(0)
+}
+
+async fn setup(c: &Client) {
+    c.batch_execute(
+        "CREATE TABLE a (time timestamptz NOT NULL, id int8, v float8) \
+             WITH (tsdb.hypertable, tsdb.partition_column='time', tsdb.chunk_interval='1 day'); \
+         CREATE TABLE b (time timestamptz NOT NULL, id int8, v float8) \
+             WITH (tsdb.hypertable, tsdb.partition_column='time', tsdb.chunk_interval='1 day'); \
+         INSERT INTO a VALUES ('2024-01-01 00:00:00+00', 1, 1.0), ('2024-01-02 00:00:00+00', 2, 2.0);",
+    )
+    .await
+    .expect("setup");
+}
+
+fn sqlstate(e: &tokio_postgres::Error) -> String {
+    e.code().map(|c| c.code().to_string()).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_sessions_see_a_block_only_after_commit() {
+    let server = TestServer::start();
+    let c1 = server.connect("sundial").await;
+    let c2 = server.connect("sundial").await;
+    setup(&c1).await;
+    c1.batch_execute(
+        "BEGIN; INSERT INTO a VALUES ('2024-01-03 00:00:00+00', 3, 3.0); \
+         DELETE FROM a WHERE id = 1; INSERT INTO b VALUES ('2024-01-03 00:00:00+00', 9, 9.0);",
+    )
+    .await
+    .expect("block");
+    assert_eq!(count(&c1, "a").await, 2, "the block sees its own writes");
+    assert_eq!(count(&c1, "b").await, 1);
+    assert_eq!(
+        count(&c2, "a").await,
+        2,
+        "another session sees the old rows"
+    );
+    assert_eq!(
+        count(&c2, "b").await,
+        0,
+        "another session sees no staged row"
+    );
+    let ids = text_rows(&c2, "SELECT id FROM a ORDER BY id").await;
+    assert_eq!(ids, vec![vec![Some("1".into())], vec![Some("2".into())]]);
+    c1.batch_execute("COMMIT").await.expect("commit");
+    let ids = text_rows(&c2, "SELECT id FROM a ORDER BY id").await;
+    assert_eq!(ids, vec![vec![Some("2".into())], vec![Some("3".into())]]);
+    assert_eq!(count(&c2, "b").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_transactions_and_savepoints() {
+    let server = TestServer::start();
+    let mut c = server.connect("sundial").await;
+    setup(&c).await;
+    // Dropped without commit: rolled back.
+    {
+        let tx = c.transaction().await.expect("begin");
+        let n = tx
+            .execute(
+                "INSERT INTO b VALUES ('2024-01-05 00:00:00+00', $1, $2)",
+                &[&5i64, &5.0f64],
+            )
+            .await
+            .expect("insert in tx");
+        assert_eq!(n, 1);
+        assert_eq!(count(&tx, "b").await, 1);
+    }
+    assert_eq!(count(&c, "b").await, 0, "a dropped transaction rolls back");
+
+    let mut tx = c.transaction().await.expect("begin");
+    tx.execute(
+        "INSERT INTO b VALUES ('2024-01-05 00:00:00+00', 5, 5.0)",
+        &[],
+    )
+    .await
+    .expect("insert");
+    {
+        let sp = tx.savepoint("inner").await.expect("savepoint");
+        sp.execute(
+            "INSERT INTO b VALUES ('2024-01-06 00:00:00+00', 6, 6.0)",
+            &[],
+        )
+        .await
+        .expect("insert in savepoint");
+        let err = sp
+            .query("SELECT 1/0", &[])
+            .await
+            .expect_err("division by zero");
+        assert_eq!(sqlstate(&err), "22012");
+        let err = sp.query("SELECT 1", &[]).await.expect_err("aborted");
+        assert_eq!(sqlstate(&err), "25P02", "{err:?}");
+        sp.rollback().await.expect("rollback to savepoint");
+    }
+    assert_eq!(count(&tx, "b").await, 1, "the savepoint's row is gone");
+    tx.commit().await.expect("commit");
+    let ids = text_rows(&c, "SELECT id FROM b").await;
+    assert_eq!(ids, vec![vec![Some("5".into())]]);
+
+    // An error outside a savepoint fails the whole block; COMMIT answers ROLLBACK.
+    c.batch_execute("BEGIN; INSERT INTO b VALUES ('2024-01-07 00:00:00+00', 7, 7.0)")
+        .await
+        .expect("begin");
+    assert!(
+        c.batch_execute("SELECT * FROM no_such_table")
+            .await
+            .is_err()
+    );
+    let err = c
+        .execute(
+            "INSERT INTO b VALUES ('2024-01-08 00:00:00+00', 8, 8.0)",
+            &[],
+        )
+        .await
+        .expect_err("aborted block");
+    assert_eq!(sqlstate(&err), "25P02");
+    let msgs = c.simple_query("COMMIT").await.expect("commit");
+    let tag = msgs.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::CommandComplete(n) => Some(*n),
+        _ => None,
+    });
+    assert!(tag.is_some());
+    assert_eq!(count(&c, "b").await, 1, "nothing of the failed block stays");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_in_a_block_waits_for_commit() {
+    let server = TestServer::start();
+    let c = server.connect("sundial").await;
+    setup(&c).await;
+    for (end, want) in [("ROLLBACK", 0), ("COMMIT", 2)] {
+        c.batch_execute("BEGIN").await.expect("begin");
+        let sink = c
+            .copy_in::<_, Bytes>("COPY b (time, id, v) FROM STDIN")
+            .await
+            .expect("copy in");
+        futures::pin_mut!(sink);
+        sink.send(Bytes::from_static(
+            b"2024-01-01 00:00:00+00\t1\t1.5\n2024-01-01 01:00:00+00\t2\t2.5\n",
+        ))
+        .await
+        .expect("send");
+        assert_eq!(sink.finish().await.expect("finish"), 2);
+        assert_eq!(count(&c, "b").await, 2, "the block sees its COPY");
+        c.batch_execute(end).await.expect("end");
+        assert_eq!(count(&c, "b").await, want, "after {end}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_survives_kill_9_and_an_open_block_leaves_nothing() {
+    let mut server = TestServer::start();
+    {
+        let c = server.connect("sundial").await;
+        setup(&c).await;
+        // Inserts into two tables: one WAL record.
+        c.batch_execute(
+            "BEGIN; INSERT INTO a VALUES ('2024-01-03 00:00:00+00', 3, 3.0); \
+             INSERT INTO b VALUES ('2024-01-03 00:00:00+00', 30, 3.0); COMMIT;",
+        )
+        .await
+        .expect("insert-only block");
+        // A deletion and inserts: one catalog step.
+        c.batch_execute(
+            "BEGIN; DELETE FROM a WHERE id = 1; \
+             INSERT INTO b VALUES ('2024-01-04 00:00:00+00', 40, 4.0); COMMIT;",
+        )
+        .await
+        .expect("mixed block");
+        // Never committed.
+        c.batch_execute(
+            "BEGIN; INSERT INTO a VALUES ('2024-01-09 00:00:00+00', 99, 9.0); \
+             DELETE FROM b;",
+        )
+        .await
+        .expect("open block");
+        server.kill9();
+    }
+    server.restart();
+    let c = server.connect("sundial").await;
+    let a = text_rows(&c, "SELECT id FROM a ORDER BY id").await;
+    assert_eq!(a, vec![vec![Some("2".into())], vec![Some("3".into())]]);
+    let b = text_rows(&c, "SELECT id FROM b ORDER BY id").await;
+    assert_eq!(b, vec![vec![Some("30".into())], vec![Some("40".into())]]);
+}
