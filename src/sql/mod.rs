@@ -230,6 +230,38 @@ impl VisitorMut for Normalize {
 
     fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
         pg_catalog::rewrite::expr(expr);
+        if let ast::Expr::Value(v) = expr
+            && let ast::Value::Number(n, _) = &v.value
+            && n.contains(['e', 'E'])
+        {
+            *expr = exponent_literal(n);
+        }
+        // EXTRACT is date_part (DataFusion plans it with its own, UTC-only, function
+        // instead of the session-zone one registered under that name).
+        if let ast::Expr::Extract {
+            field, expr: inner, ..
+        } = expr
+        {
+            let unit = field.to_string().to_ascii_lowercase();
+            let arg = std::mem::replace(inner.as_mut(), ast::Expr::value(ast::Value::Null));
+            *expr = ast::Expr::Function(ast::Function {
+                name: ast::ObjectName::from(vec![ast::Ident::new("date_part")]),
+                uses_odbc_syntax: false,
+                parameters: ast::FunctionArguments::None,
+                args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+                    duplicate_treatment: None,
+                    args: vec![
+                        unnamed(ast::Expr::value(ast::Value::SingleQuotedString(unit))),
+                        unnamed(arg),
+                    ],
+                    clauses: vec![],
+                }),
+                filter: None,
+                null_treatment: None,
+                over: None,
+                within_group: vec![],
+            });
+        }
         if let ast::Expr::Function(f) = expr {
             let name = function_name(f);
             let res = match name.as_str() {
@@ -286,6 +318,65 @@ impl VisitorMut for Normalize {
     }
 }
 
+/// A numeric literal written with an exponent (`1e3`, `2.5E-4`), which DataFusion's
+/// decimal parsing rejects: the same value in plain digits when it fits a numeric of
+/// 38 digits, else (`1e300`, `1e-300`) a float8 literal — what it becomes anyway
+/// when it meets a float8, the usual case; beside a numeric it loses digits past 17.
+fn exponent_literal(n: &str) -> ast::Expr {
+    let float = || ast::Expr::Cast {
+        kind: ast::CastKind::DoubleColon,
+        expr: Box::new(ast::Expr::value(ast::Value::SingleQuotedString(
+            n.to_string(),
+        ))),
+        data_type: ast::DataType::DoublePrecision,
+        array: false,
+        format: None,
+    };
+    match plain_digits(n) {
+        Some(p) => ast::Expr::value(ast::Value::Number(p, false)),
+        None => float(),
+    }
+}
+
+/// `n` (`d.ddde±x`, unsigned) in plain digits, if it has at most 38 of them.
+fn plain_digits(n: &str) -> Option<String> {
+    let (mantissa, exp) = n.split_once(['e', 'E'])?;
+    let exp: i64 = exp.parse().ok()?;
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{int}{frac}");
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let point = int.len() as i64 + exp;
+    let (int, frac) = if point <= 0 {
+        (
+            "0".to_string(),
+            format!("{}{digits}", "0".repeat((-point) as usize)),
+        )
+    } else if point as usize >= digits.len() {
+        let zeros = point as usize - digits.len();
+        if zeros > 38 {
+            return None;
+        }
+        (format!("{digits}{}", "0".repeat(zeros)), String::new())
+    } else {
+        (
+            digits[..point as usize].to_string(),
+            digits[point as usize..].to_string(),
+        )
+    };
+    let int = int.trim_start_matches('0');
+    let int = if int.is_empty() { "0" } else { int };
+    if int.len() + frac.len() > 38 {
+        return None;
+    }
+    Some(if frac.is_empty() {
+        int.to_string()
+    } else {
+        format!("{int}.{frac}")
+    })
+}
+
 /// Lower-case unqualified name of a function call (`public.`/`pg_catalog.` dropped).
 fn function_name(f: &ast::Function) -> String {
     match f.name.0.as_slice() {
@@ -310,7 +401,7 @@ fn is_rewritten(e: &ast::Expr) -> bool {
             ..
         } => !matches!(expr.as_ref(), ast::Expr::Value(_)),
         ast::Expr::Cast { data_type, .. } => pg_catalog::rewrite::is_reg_cast(data_type),
-        ast::Expr::Subquery(_) => true,
+        ast::Expr::Subquery(_) | ast::Expr::Extract { .. } => true,
         ast::Expr::Nested(inner) => is_rewritten(inner),
         _ => false,
     }
@@ -911,4 +1002,22 @@ fn infer_placeholders(
 /// Statements Sundial runs itself rather than through DataFusion.
 fn is_native(stmt: &Statement) -> bool {
     tx::handles(stmt) || session::handles(stmt) || ddl::handles(stmt) || copy::handles(stmt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_digits;
+
+    #[test]
+    fn exponent_literals_in_plain_digits() {
+        assert_eq!(plain_digits("1e3").as_deref(), Some("1000"));
+        assert_eq!(plain_digits("1.5E3").as_deref(), Some("1500"));
+        assert_eq!(plain_digits("2.5e-5").as_deref(), Some("0.000025"));
+        assert_eq!(plain_digits("12.34e1").as_deref(), Some("123.4"));
+        assert_eq!(plain_digits("0e0").as_deref(), Some("0"));
+        assert_eq!(plain_digits("1e37").map(|s| s.len()), Some(38));
+        assert_eq!(plain_digits("1e38"), None);
+        assert_eq!(plain_digits("1e300"), None);
+        assert_eq!(plain_digits("1e-300"), None);
+    }
 }

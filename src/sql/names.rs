@@ -70,6 +70,7 @@ pub fn expr_name(e: &Expr) -> String {
         },
         Expr::Nested(inner) => expr_name(inner),
         Expr::Case { .. } => "case".into(),
+        Expr::Extract { .. } => "extract".into(),
         Expr::Exists { .. } => "exists".into(),
         Expr::Subquery(q) => query_names(q)
             .and_then(|n| n.into_iter().next())

@@ -1,5 +1,6 @@
 mod chunks;
 mod copy;
+mod differential;
 mod drivers;
 mod durability;
 mod errors;

@@ -21,7 +21,7 @@ const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 // ---------------------------------------------------------------------------
 
 /// A PostgreSQL server running on a temporary cluster; stopped (and the cluster deleted) on drop.
-struct PgServer {
+pub(crate) struct PgServer {
     child: Option<Child>,
     port: u16,
     log_path: PathBuf,
@@ -30,7 +30,7 @@ struct PgServer {
 }
 
 impl PgServer {
-    fn start() -> PgServer {
+    pub(crate) fn start() -> PgServer {
         let postgres = Path::new(PG_BIN).join("postgres");
         let initdb = Path::new(PG_BIN).join("initdb");
         assert!(
@@ -137,7 +137,7 @@ impl PgServer {
     }
 
     /// Waits (up to 30 s) until the server accepts connections, then returns a client.
-    async fn connect(&mut self) -> Client {
+    pub(crate) async fn connect(&mut self) -> Client {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(child) = self.child.as_mut()
@@ -248,10 +248,10 @@ const TABLE_COLS: &str = "time timestamptz NOT NULL, host text, region text, \
                           cpu double precision, mem bigint, ok boolean";
 
 /// xorshift64* — tiny, deterministic, good enough for test data.
-struct XorShift(u64);
+pub(crate) struct XorShift(pub(crate) u64);
 
 impl XorShift {
-    fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -260,12 +260,12 @@ impl XorShift {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
 
     /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
@@ -297,7 +297,7 @@ fn row_literal(rng: &mut XorShift, micros: i64) -> String {
 }
 
 /// `YYYY-MM-DD HH:MM:SS.ffffff+00` for microseconds since the Unix epoch (UTC).
-fn format_ts(micros: i64) -> String {
+pub(crate) fn format_ts(micros: i64) -> String {
     let secs = micros.div_euclid(1_000_000);
     let frac = micros.rem_euclid(1_000_000);
     let days = secs.div_euclid(86_400);
@@ -563,7 +563,7 @@ async fn text_rows(client: &Client, who: &str, sql: &str) -> Vec<TextRow> {
 }
 
 /// Equal text, or both floats equal within a relative 1e-9 (integers must be exactly equal).
-fn values_match(a: &Option<String>, b: &Option<String>) -> bool {
+pub(crate) fn values_match(a: &Option<String>, b: &Option<String>) -> bool {
     match (a, b) {
         (None, None) => true,
         (Some(a), Some(b)) => {

@@ -1,6 +1,7 @@
 //! PostgreSQL's operand types where `numeric` meets a float: PostgreSQL has no
 //! numeric-with-float8 operators, so the numeric side is cast to float8
-//! (`float8_col > 633.5`, `val * 1.5`, `val BETWEEN 0.5 AND 1.5`, `val IN (1.5, 2)`).
+//! (`float8_col > 633.5`, `val * 1.5`, `val BETWEEN 0.5 AND 1.5`, `val IN (1.5, 2)`),
+//! and CASE branches, `coalesce`, `greatest`, `least`, `nullif` unify to float8.
 //! DataFusion would instead cast the float to a decimal, which loses digits past
 //! its scale and fails on large values. This rule runs before DataFusion's own
 //! type coercion.
@@ -119,8 +120,49 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 Transformed::no(Expr::InList(InList::new(expr, list, negated)))
             }
         }
+        Expr::Case(mut c) => {
+            let types: Vec<Option<DataType>> = c
+                .when_then_expr
+                .iter()
+                .map(|(_, t)| &**t)
+                .chain(c.else_expr.as_deref())
+                .map(|e| type_of(e, schema))
+                .collect();
+            if mixes(&types) {
+                c.when_then_expr = c
+                    .when_then_expr
+                    .into_iter()
+                    .map(|(w, t)| (w, float_if_numeric(t, schema).0))
+                    .collect();
+                c.else_expr = c.else_expr.map(|e| float_if_numeric(e, schema).0);
+                Transformed::yes(Expr::Case(c))
+            } else {
+                Transformed::no(Expr::Case(c))
+            }
+        }
+        // Functions whose arguments unify to one type, as CASE branches do.
+        Expr::ScalarFunction(mut f)
+            if matches!(f.func.name(), "coalesce" | "greatest" | "least" | "nullif") =>
+        {
+            let types: Vec<Option<DataType>> = f.args.iter().map(|e| type_of(e, schema)).collect();
+            if mixes(&types) {
+                f.args = f
+                    .args
+                    .into_iter()
+                    .map(|e| *float_if_numeric(Box::new(e), schema).0)
+                    .collect();
+                Transformed::yes(Expr::ScalarFunction(f))
+            } else {
+                Transformed::no(Expr::ScalarFunction(f))
+            }
+        }
         other => Transformed::no(other),
     })
+}
+
+/// Whether some of `types` are floats and some numeric (PostgreSQL unifies to float8).
+fn mixes(types: &[Option<DataType>]) -> bool {
+    types.iter().flatten().any(is_float) && types.iter().flatten().any(is_numeric)
 }
 
 impl AnalyzerRule for NumericMeetsFloat {
