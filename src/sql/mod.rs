@@ -236,6 +236,52 @@ impl VisitorMut for Normalize {
         {
             *expr = exponent_literal(n);
         }
+        // interval * number, number * interval, interval / number: PostgreSQL's
+        // interval_mul / interval_div (DataFusion has no such arithmetic, and fails
+        // while planning, before any analyzer rule could see the types).
+        if let ast::Expr::BinaryOp { left, op, right } = expr
+            && matches!(
+                op,
+                ast::BinaryOperator::Multiply | ast::BinaryOperator::Divide
+            )
+        {
+            let divide = *op == ast::BinaryOperator::Divide;
+            let swap = !divide && is_interval_expr(right) && !is_interval_expr(left);
+            if is_interval_expr(left) && !is_interval_expr(right) || swap {
+                let null = || Box::new(ast::Expr::value(ast::Value::Null));
+                let (l, r) = (
+                    std::mem::replace(left, null()),
+                    std::mem::replace(right, null()),
+                );
+                let (iv, n) = if swap { (r, l) } else { (l, r) };
+                let n = ast::Expr::Cast {
+                    kind: ast::CastKind::DoubleColon,
+                    expr: Box::new(ast::Expr::Nested(n)),
+                    data_type: ast::DataType::DoublePrecision,
+                    array: false,
+                    format: None,
+                };
+                let name = if divide {
+                    "interval_div"
+                } else {
+                    "interval_mul"
+                };
+                *expr = ast::Expr::Function(ast::Function {
+                    name: ast::ObjectName::from(vec![ast::Ident::new(name)]),
+                    uses_odbc_syntax: false,
+                    parameters: ast::FunctionArguments::None,
+                    args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+                        duplicate_treatment: None,
+                        args: vec![unnamed(*iv), unnamed(n)],
+                        clauses: vec![],
+                    }),
+                    filter: None,
+                    null_treatment: None,
+                    over: None,
+                    within_group: vec![],
+                });
+            }
+        }
         // EXTRACT is date_part (DataFusion plans it with its own, UTC-only, function
         // instead of the session-zone one registered under that name).
         if let ast::Expr::Extract {
@@ -264,6 +310,21 @@ impl VisitorMut for Normalize {
         }
         if let ast::Expr::Function(f) = expr {
             let name = function_name(f);
+            if name == "make_interval"
+                && let ast::FunctionArguments::List(list) = &mut f.args
+            {
+                positional(
+                    &mut list.args,
+                    &["years", "months", "weeks", "days", "hours", "mins", "secs"],
+                );
+                for a in &mut list.args {
+                    if let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) = a
+                        && matches!(e, ast::Expr::Value(v) if v.value == ast::Value::Null)
+                    {
+                        *e = ast::Expr::value(ast::Value::Number("0".into(), false));
+                    }
+                }
+            }
             let res = match name.as_str() {
                 "first" | "last" => rewrite_first_last(f, name == "last").map(Some),
                 "time_bucket" => rewrite_time_bucket(f).map(|_| None),
@@ -377,6 +438,22 @@ fn plain_digits(n: &str) -> Option<String> {
     })
 }
 
+/// Whether `e` is written as an interval: a literal, a cast to interval, or
+/// arithmetic of intervals.
+fn is_interval_expr(e: &ast::Expr) -> bool {
+    match e {
+        ast::Expr::Interval(_) => true,
+        ast::Expr::Cast { data_type, .. } => matches!(data_type, ast::DataType::Interval { .. }),
+        ast::Expr::TypedString(ts) => matches!(ts.data_type, ast::DataType::Interval { .. }),
+        ast::Expr::Nested(inner) => is_interval_expr(inner),
+        ast::Expr::Function(f) => matches!(
+            function_name(f).as_str(),
+            "interval_mul" | "interval_div" | "make_interval" | "age"
+        ),
+        _ => false,
+    }
+}
+
 /// Lower-case unqualified name of a function call (`public.`/`pg_catalog.` dropped).
 fn function_name(f: &ast::Function) -> String {
     match f.name.0.as_slice() {
@@ -402,6 +479,11 @@ fn is_rewritten(e: &ast::Expr) -> bool {
         } => !matches!(expr.as_ref(), ast::Expr::Value(_)),
         ast::Expr::Cast { data_type, .. } => pg_catalog::rewrite::is_reg_cast(data_type),
         ast::Expr::Subquery(_) | ast::Expr::Extract { .. } => true,
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Multiply | ast::BinaryOperator::Divide,
+            right,
+        } => is_interval_expr(left) || is_interval_expr(right),
         ast::Expr::Nested(inner) => is_rewritten(inner),
         _ => false,
     }

@@ -5,6 +5,7 @@
 pub mod histogram;
 pub mod pgcast;
 pub mod pgcoerce;
+pub mod pgfuncs;
 pub mod pgtext;
 pub mod session_zone;
 pub mod time_bucket;
@@ -166,6 +167,7 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
     ctx.register_udf(ScalarUDF::from(pgtext::PgText::default()));
     ctx.register_udf(ScalarUDF::from(to_char::ToChar::new(settings.clone())));
     session_zone::register(ctx);
+    pgfuncs::register(ctx);
     ctx.add_analyzer_rule(Arc::new(pgcast::RoundingCasts::default()));
     ctx.register_udf(constant(
         "version",

@@ -367,8 +367,9 @@ fn timestamp_tz<Z: TimeZone>(v: i64, zone: &Z) -> String {
 pub fn interval(months: i32, days: i32, micros: i64) -> String {
     let mut parts = vec![];
     let (y, mo) = (months / 12, months % 12);
+    // PostgreSQL: singular only for exactly 1 ("-1 mons", "-1 days").
     let plural = |n: i64, unit: &str| {
-        if n == 1 || n == -1 {
+        if n == 1 {
             format!("{n} {unit}")
         } else {
             format!("{n} {unit}s")
@@ -466,6 +467,7 @@ mod tests {
         );
         assert_eq!(interval(0, 1, 7_200_000_000), "1 day 02:00:00");
         assert_eq!(interval(14, 0, 0), "1 year 2 mons");
+        assert_eq!(interval(-1, -17, 0), "-1 mons -17 days");
         assert_eq!(interval(0, 0, 0), "00:00:00");
         assert_eq!(interval(0, -3, 0), "-3 days");
     }

@@ -1,0 +1,610 @@
+//! PostgreSQL functions DataFusion lacks, with PostgreSQL's results: `age`,
+//! `make_interval`, interval times or divided by a number (`interval_mul` /
+//! `interval_div`, planned for `*` and `/`), `pg_typeof`, `pg_sleep`,
+//! `percentile_disc`, and `variance` (= `var_samp`).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, IntervalMonthDayNanoArray, ListArray};
+use arrow::datatypes::{DataType, Field, FieldRef, IntervalMonthDayNano, IntervalUnit, TimeUnit};
+use chrono::{Datelike, NaiveDateTime, Timelike};
+use datafusion::common::{ScalarValue, exec_err};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::FunctionRegistry;
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, TypeSignature, Volatility,
+};
+use datafusion::prelude::SessionContext;
+
+fn interval_type() -> DataType {
+    DataType::Interval(IntervalUnit::MonthDayNano)
+}
+
+fn sql_error(code: &'static str, msg: &str) -> DataFusionError {
+    DataFusionError::External(Box::new(crate::error::Error::sql(code, msg)))
+}
+
+fn out_of_range() -> DataFusionError {
+    sql_error("22008", "interval out of range")
+}
+
+/// `rint(x * 1e6) / 1e6`: PostgreSQL's TSROUND.
+fn tsround(x: f64) -> f64 {
+    (x * 1e6).round_ties_even() / 1e6
+}
+
+/// PostgreSQL's `interval_mul` (`divide`: `interval_div`): months and days scale
+/// separately, their fractional parts carry down (30 days a month, 24 hours a day).
+fn scale_interval(
+    span: IntervalMonthDayNano,
+    factor: f64,
+    divide: bool,
+) -> Result<IntervalMonthDayNano> {
+    if divide && factor == 0.0 {
+        return Err(sql_error("22012", "division by zero"));
+    }
+    let apply = |x: f64| if divide { x / factor } else { x * factor };
+    let months = apply(span.months as f64);
+    if !months.is_finite() || months.abs() >= i32::MAX as f64 {
+        return Err(out_of_range());
+    }
+    let days = apply(span.days as f64);
+    if !days.is_finite() || days.abs() >= i32::MAX as f64 {
+        return Err(out_of_range());
+    }
+    let (rmonth, rday) = (months.trunc(), days.trunc());
+    let month_rem_days = tsround((months - rmonth) * 30.0);
+    let mut sec_rem = tsround((days - rday + month_rem_days - month_rem_days.trunc()) * 86_400.0);
+    let mut day = rday as i64;
+    if sec_rem.abs() >= 86_400.0 {
+        let whole = (sec_rem / 86_400.0).trunc();
+        day += whole as i64;
+        sec_rem -= whole * 86_400.0;
+    }
+    day += month_rem_days.trunc() as i64;
+    let micros = (apply((span.nanoseconds / 1000) as f64) + sec_rem * 1e6).round_ties_even();
+    if !micros.is_finite() || micros.abs() >= i64::MAX as f64 / 1000.0 {
+        return Err(out_of_range());
+    }
+    let day = i32::try_from(day).map_err(|_| out_of_range())?;
+    Ok(IntervalMonthDayNano::new(
+        rmonth as i32,
+        day,
+        micros as i64 * 1000,
+    ))
+}
+
+/// `interval * number` / `interval / number`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct IntervalScale {
+    divide: bool,
+    signature: Signature,
+}
+
+impl IntervalScale {
+    pub fn new(divide: bool) -> IntervalScale {
+        IntervalScale {
+            divide,
+            signature: Signature::exact(
+                vec![interval_type(), DataType::Float64],
+                Volatility::Immutable,
+            ),
+        }
+    }
+}
+
+impl ScalarUDFImpl for IntervalScale {
+    fn name(&self) -> &str {
+        if self.divide {
+            "interval_div"
+        } else {
+            "interval_mul"
+        }
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(interval_type())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let n = args.number_rows;
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let spans = args.args[0].to_array(n)?;
+        let factors = args.args[1].to_array(n)?;
+        let spans = spans.as_primitive::<arrow::datatypes::IntervalMonthDayNanoType>();
+        let factors = factors.as_primitive::<arrow::datatypes::Float64Type>();
+        let mut out = Vec::with_capacity(spans.len());
+        for i in 0..spans.len() {
+            out.push(if spans.is_null(i) || factors.is_null(i) {
+                None
+            } else {
+                Some(scale_interval(
+                    spans.value(i),
+                    factors.value(i),
+                    self.divide,
+                )?)
+            });
+        }
+        super::columnar(Arc::new(IntervalMonthDayNanoArray::from(out)), scalar)
+    }
+}
+
+/// `make_interval(years, months, weeks, days, hours, mins, secs)` (arguments by
+/// position; named ones are put in place before planning).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct MakeInterval {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for MakeInterval {
+    fn name(&self) -> &str {
+        "make_interval"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(interval_type())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let n = args.number_rows;
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let cols: Vec<ArrayRef> = args
+            .args
+            .iter()
+            .map(|a| a.to_array(n))
+            .collect::<Result<_>>()?;
+        let mut out = Vec::with_capacity(n);
+        for row in 0..n {
+            let mut v = [0f64; 7];
+            let mut null = false;
+            for (i, c) in cols.iter().enumerate().take(7) {
+                if c.is_null(row) {
+                    null = true;
+                } else {
+                    v[i] = c.as_primitive::<arrow::datatypes::Float64Type>().value(row);
+                }
+            }
+            if null {
+                out.push(None);
+                continue;
+            }
+            let months = v[0] * 12.0 + v[1];
+            let days = v[2] * 7.0 + v[3];
+            let micros = ((v[4] * 3600.0 + v[5] * 60.0 + v[6]) * 1e6).round_ties_even();
+            if months.abs() > i32::MAX as f64 || days.abs() > i32::MAX as f64 || !micros.is_finite()
+            {
+                return Err(out_of_range());
+            }
+            out.push(Some(IntervalMonthDayNano::new(
+                months as i32,
+                days as i32,
+                (micros as i64).saturating_mul(1000),
+            )));
+        }
+        super::columnar(Arc::new(IntervalMonthDayNanoArray::from(out)), scalar)
+    }
+}
+
+fn days_in_month(year: i32, month: u32) -> i64 {
+    let (ny, nm) = if month == 12 {
+        (year + 1, 1)
+    } else {
+        (year, month + 1)
+    };
+    let first = chrono::NaiveDate::from_ymd_opt(year, month, 1);
+    let next = chrono::NaiveDate::from_ymd_opt(ny, nm, 1);
+    match (first, next) {
+        (Some(a), Some(b)) => (b - a).num_days(),
+        _ => 30,
+    }
+}
+
+/// PostgreSQL's symbolic difference `a - b` in years, months, days and time, of two
+/// local date-times (`timestamp_age`).
+fn age(a: NaiveDateTime, b: NaiveDateTime) -> IntervalMonthDayNano {
+    let neg = a < b;
+    let f = |x: i64| if neg { -x } else { x };
+    let mut usec =
+        f(a.and_utc().timestamp_subsec_micros() as i64
+            - b.and_utc().timestamp_subsec_micros() as i64);
+    let mut sec = f(a.second() as i64 - b.second() as i64);
+    let mut min = f(a.minute() as i64 - b.minute() as i64);
+    let mut hour = f(a.hour() as i64 - b.hour() as i64);
+    let mut mday = f(a.day() as i64 - b.day() as i64);
+    let mut mon = f(a.month() as i64 - b.month() as i64);
+    let mut year = f(a.year() as i64 - b.year() as i64);
+    while usec < 0 {
+        usec += 1_000_000;
+        sec -= 1;
+    }
+    while sec < 0 {
+        sec += 60;
+        min -= 1;
+    }
+    while min < 0 {
+        min += 60;
+        hour -= 1;
+    }
+    while hour < 0 {
+        hour += 24;
+        mday -= 1;
+    }
+    while mday < 0 {
+        let from = if neg { a } else { b };
+        mday += days_in_month(from.year(), from.month());
+        mon -= 1;
+    }
+    while mon < 0 {
+        mon += 12;
+        year -= 1;
+    }
+    let g = |x: i64| if neg { -x } else { x };
+    let micros = g(((hour * 60 + min) * 60 + sec) * 1_000_000 + usec);
+    IntervalMonthDayNano::new(
+        g(year * 12 + mon) as i32,
+        g(mday) as i32,
+        micros.saturating_mul(1000),
+    )
+}
+
+/// `age(timestamptz, timestamptz)` and `age(timestamptz)` (from midnight today), in
+/// the session time zone.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Age {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Age {
+    fn name(&self) -> &str {
+        "age"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(interval_type())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let n = args.number_rows;
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let zone = args
+            .config_options
+            .execution
+            .time_zone
+            .clone()
+            .unwrap_or_else(|| "UTC".into());
+        let tz: chrono_tz::Tz = zone.parse().unwrap_or(chrono_tz::UTC);
+        let offset: Option<chrono::FixedOffset> = zone.parse().ok();
+        let local = |micros: i64| -> Option<NaiveDateTime> {
+            let utc = chrono::DateTime::from_timestamp_micros(micros)?;
+            Some(match offset {
+                Some(o) if zone.starts_with(['+', '-']) => utc.with_timezone(&o).naive_local(),
+                _ => utc.with_timezone(&tz).naive_local(),
+            })
+        };
+        let arrays: Vec<ArrayRef> = args
+            .args
+            .iter()
+            .map(|a| a.to_array(n))
+            .collect::<Result<_>>()?;
+        let micros: Vec<ArrayRef> = arrays
+            .iter()
+            .map(|a| {
+                arrow::compute::cast(a, &DataType::Timestamp(TimeUnit::Microsecond, None))
+                    .map_err(DataFusionError::from)
+            })
+            .collect::<Result<_>>()?;
+        let today = {
+            let now = chrono::Utc::now().timestamp_micros();
+            local(now).map(|d| d.date().and_hms_opt(0, 0, 0).unwrap_or(d))
+        };
+        let mut out = Vec::with_capacity(n);
+        for row in 0..n {
+            let get = |i: usize| -> Option<NaiveDateTime> {
+                let a = micros[i].as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+                if a.is_null(row) {
+                    return None;
+                }
+                // A timestamp without time zone is already local.
+                match arrays[i].data_type() {
+                    DataType::Timestamp(_, Some(_)) => local(a.value(row)),
+                    _ => {
+                        chrono::DateTime::from_timestamp_micros(a.value(row)).map(|d| d.naive_utc())
+                    }
+                }
+            };
+            let v = match micros.len() {
+                1 => today.zip(get(0)).map(|(t, b)| age(t, b)),
+                _ => get(0).zip(get(1)).map(|(a, b)| age(a, b)),
+            };
+            out.push(v);
+        }
+        super::columnar(Arc::new(IntervalMonthDayNanoArray::from(out)), scalar)
+    }
+}
+
+/// PostgreSQL's name of an Arrow type, as `pg_typeof` prints it.
+pub fn pg_type_name(t: &DataType) -> &'static str {
+    match t {
+        DataType::Boolean => "boolean",
+        DataType::Int16 | DataType::Int8 => "smallint",
+        DataType::Int32 => "integer",
+        DataType::Int64 => "bigint",
+        DataType::Float32 => "real",
+        DataType::Float64 => "double precision",
+        DataType::Decimal128(..) | DataType::Decimal256(..) => "numeric",
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text",
+        DataType::Binary | DataType::LargeBinary => "bytea",
+        DataType::Date32 | DataType::Date64 => "date",
+        DataType::Timestamp(_, Some(_)) => "timestamp with time zone",
+        DataType::Timestamp(_, None) => "timestamp without time zone",
+        DataType::Time64(_) | DataType::Time32(_) => "time without time zone",
+        DataType::Interval(_) | DataType::Duration(_) => "interval",
+        DataType::Null => "unknown",
+        _ => "unknown",
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgTypeof {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for PgTypeof {
+    fn name(&self) -> &str {
+        "pg_typeof"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let name = pg_type_name(args.arg_fields[0].data_type());
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name.into()))))
+    }
+}
+
+/// `pg_sleep(seconds)`: waits, then returns void (printed empty).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgSleep {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for PgSleep {
+    fn name(&self) -> &str {
+        "pg_sleep"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let secs = match &args.args[0] {
+            ColumnarValue::Scalar(ScalarValue::Float64(Some(s))) => *s,
+            ColumnarValue::Scalar(_) => 0.0,
+            ColumnarValue::Array(_) => {
+                return exec_err!("pg_sleep takes a constant number of seconds");
+            }
+        };
+        if secs.is_finite() && secs > 0.0 {
+            // Capped so one statement cannot hold a worker thread for long.
+            std::thread::sleep(std::time::Duration::from_secs_f64(secs.min(300.0)));
+        }
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
+            Some(String::new()),
+        )))
+    }
+}
+
+/// `percentile_disc(f) WITHIN GROUP (ORDER BY x)`: the first value whose position in
+/// the order is at least `f` of the rows.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PercentileDisc {
+    signature: Signature,
+}
+
+impl AggregateUDFImpl for PercentileDisc {
+    fn name(&self) -> &str {
+        "percentile_disc"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        Ok(arg_types[0].clone())
+    }
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        let item = Field::new_list_field(args.input_fields[0].data_type().clone(), true);
+        Ok(vec![Arc::new(Field::new(
+            format!("{}[values]", args.name),
+            DataType::List(Arc::new(item)),
+            true,
+        ))])
+    }
+    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        let constant = args.exprs.get(1).and_then(|e| {
+            let batch =
+                arrow::array::RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty()));
+            match e.evaluate(&batch) {
+                Ok(ColumnarValue::Scalar(v)) => Some(v),
+                _ => None,
+            }
+        });
+        let fraction = match constant {
+            Some(v) => match v.cast_to(&DataType::Float64)? {
+                ScalarValue::Float64(Some(f)) if (0.0..=1.0).contains(&f) => f,
+                _ => {
+                    return Err(sql_error(
+                        "22003",
+                        "percentile value must be between 0 and 1",
+                    ));
+                }
+            },
+            None => return exec_err!("percentile_disc needs a constant fraction"),
+        };
+        let descending = args
+            .order_bys
+            .first()
+            .map(|s| s.options.descending)
+            .unwrap_or(false);
+        Ok(Box::new(DiscAcc {
+            values: vec![],
+            data_type: args.expr_fields[0].data_type().clone(),
+            fraction,
+            descending,
+        }))
+    }
+    fn supports_within_group_clause(&self) -> bool {
+        true
+    }
+}
+
+#[derive(Debug)]
+struct DiscAcc {
+    values: Vec<ScalarValue>,
+    data_type: DataType,
+    fraction: f64,
+    descending: bool,
+}
+
+impl Accumulator for DiscAcc {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let a = &values[0];
+        for i in 0..a.len() {
+            if a.is_valid(i) {
+                self.values.push(ScalarValue::try_from_array(a, i)?);
+            }
+        }
+        Ok(())
+    }
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        if self.values.is_empty() {
+            return ScalarValue::try_from(&self.data_type);
+        }
+        let mut v = self.values.clone();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        if self.descending {
+            v.reverse();
+        }
+        let n = v.len();
+        let idx = ((self.fraction * n as f64).ceil() as usize).clamp(1, n) - 1;
+        Ok(v[idx].clone())
+    }
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self) + self.values.iter().map(|v| v.size()).sum::<usize>()
+    }
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        Ok(vec![ScalarValue::List(ScalarValue::new_list_nullable(
+            &self.values,
+            &self.data_type,
+        ))])
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        let lists: &ListArray = states[0].as_list::<i32>();
+        for i in 0..lists.len() {
+            if lists.is_valid(i) {
+                self.update_batch(&[lists.value(i)])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Registers the functions of this module in `ctx`.
+pub fn register(ctx: &SessionContext) {
+    let imm = Volatility::Immutable;
+    let f64s = |n: usize| TypeSignature::Uniform(n, vec![DataType::Float64]);
+    ctx.register_udf(ScalarUDF::from(IntervalScale::new(false)));
+    ctx.register_udf(ScalarUDF::from(IntervalScale::new(true)));
+    ctx.register_udf(ScalarUDF::from(MakeInterval {
+        signature: Signature::one_of((1..=7).map(f64s).collect(), imm),
+    }));
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("UTC")));
+    let ts_plain = DataType::Timestamp(TimeUnit::Microsecond, None);
+    ctx.register_udf(ScalarUDF::from(Age {
+        signature: Signature::one_of(
+            vec![
+                TypeSignature::Exact(vec![ts.clone(), ts.clone()]),
+                TypeSignature::Exact(vec![ts_plain.clone(), ts_plain.clone()]),
+                TypeSignature::Exact(vec![ts]),
+                TypeSignature::Exact(vec![ts_plain]),
+            ],
+            Volatility::Stable,
+        ),
+    }));
+    ctx.register_udf(ScalarUDF::from(PgTypeof {
+        signature: Signature::any(1, imm),
+    }));
+    ctx.register_udf(ScalarUDF::from(PgSleep {
+        signature: Signature::uniform(1, vec![DataType::Float64], Volatility::Volatile),
+    }));
+    ctx.register_udaf(AggregateUDF::from(PercentileDisc {
+        signature: Signature::any(2, imm),
+    }));
+    if let Ok(var) = ctx.udaf("var_samp") {
+        ctx.register_udaf(var.as_ref().clone().with_aliases(["variance"]));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iv(m: i32, d: i32, secs: f64) -> IntervalMonthDayNano {
+        IntervalMonthDayNano::new(m, d, (secs * 1e9) as i64)
+    }
+
+    #[test]
+    fn interval_scaling_carries_fractions_down() {
+        // PostgreSQL: interval '1 month' * 1.5 = 1 mon 15 days; '1 day' / 2 = 12:00:00
+        assert_eq!(
+            scale_interval(iv(1, 0, 0.0), 1.5, false).ok(),
+            Some(iv(1, 15, 0.0))
+        );
+        assert_eq!(
+            scale_interval(iv(0, 1, 0.0), 2.0, true).ok(),
+            Some(iv(0, 0, 43_200.0))
+        );
+        assert_eq!(
+            scale_interval(iv(0, 0, 3600.0), 3.0, true).ok(),
+            Some(iv(0, 0, 1200.0))
+        );
+        assert!(scale_interval(iv(0, 0, 1.0), 0.0, true).is_err());
+    }
+
+    #[test]
+    fn age_is_symbolic() {
+        let d = |s: &str| NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S").unwrap();
+        // PostgreSQL: age('2024-03-01', '2024-01-15') = 1 mon 17 days
+        assert_eq!(
+            age(d("2024-03-01 00:00:00"), d("2024-01-15 00:00:00")),
+            iv(1, 17, 0.0)
+        );
+        // and the other way round: -1 mons -17 days
+        assert_eq!(
+            age(d("2024-01-15 00:00:00"), d("2024-03-01 00:00:00")),
+            iv(-1, -17, 0.0)
+        );
+        assert_eq!(
+            age(d("2024-01-01 10:00:00"), d("2023-12-31 12:30:00")),
+            iv(0, 0, 77_400.0)
+        );
+    }
+}
