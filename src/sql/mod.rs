@@ -5,6 +5,7 @@
 pub mod args;
 pub mod chunks;
 pub mod copy;
+pub mod cursor;
 pub mod ddl;
 pub mod functions;
 pub mod gapfill;
@@ -35,6 +36,8 @@ use crate::error::{Error, Result};
 pub enum Output {
     /// A result set.
     Rows(SchemaRef, SendableRecordBatchStream),
+    /// Rows of a cursor (`FETCH`; the command tag says FETCH).
+    Fetched(SchemaRef, SendableRecordBatchStream),
     /// A command tag such as `CREATE TABLE` or `INSERT 0 5`.
     Command(String),
     /// `BEGIN` / `COMMIT` / `ROLLBACK`.
@@ -95,6 +98,8 @@ pub struct Session {
     pub staging: Arc<crate::engine::tx::Staging>,
     /// Savepoints, the aborted state, tables created in the block.
     tx: parking_lot::Mutex<tx::TxState>,
+    /// Open cursors (DECLARE ... CURSOR).
+    pub cursors: cursor::Cursors,
 }
 
 impl std::fmt::Debug for Session {
@@ -747,6 +752,7 @@ impl Session {
             plans: plan_cache::PlanCache::default(),
             staging,
             tx: Default::default(),
+            cursors: Default::default(),
         })
     }
 
@@ -1004,6 +1010,9 @@ impl Session {
         if let Some(out) = self.transaction_statement(stmt).await? {
             return Ok(out);
         }
+        if let Some(out) = self.cursor_statement(stmt).await? {
+            return Ok(out);
+        }
         if copy::handles(stmt) {
             return copy::start(self, stmt).await;
         }
@@ -1083,7 +1092,11 @@ fn infer_placeholders(
 
 /// Statements Sundial runs itself rather than through DataFusion.
 fn is_native(stmt: &Statement) -> bool {
-    tx::handles(stmt) || session::handles(stmt) || ddl::handles(stmt) || copy::handles(stmt)
+    tx::handles(stmt)
+        || cursor::handles(stmt)
+        || session::handles(stmt)
+        || ddl::handles(stmt)
+        || copy::handles(stmt)
 }
 
 #[cfg(test)]

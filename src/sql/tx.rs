@@ -175,7 +175,7 @@ impl Session {
                 } else if self.staging.in_block() {
                     self.commit().await?;
                 }
-                self.end_block(*chain, tag)
+                self.end_block(*chain, tag).await
             }
             Statement::Rollback {
                 savepoint: Some(name),
@@ -186,7 +186,7 @@ impl Session {
             }
             Statement::Rollback { chain, .. } => {
                 self.discard().await;
-                self.end_block(*chain, "ROLLBACK")
+                self.end_block(*chain, "ROLLBACK").await
             }
             Statement::Savepoint { name } => {
                 if !self.staging.in_block() {
@@ -219,7 +219,9 @@ impl Session {
     }
 
     /// Output of COMMIT / ROLLBACK; `AND CHAIN` opens the next block at once.
-    fn end_block(&self, chain: bool, tag: &str) -> Output {
+    /// Cursors without HOLD close either way.
+    async fn end_block(&self, chain: bool, tag: &str) -> Output {
+        self.cursors.end_of_block().await;
         if chain {
             self.staging.begin();
             *self.tx.lock() = TxState::default();

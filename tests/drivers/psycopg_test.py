@@ -75,17 +75,21 @@ conn.close()
 with c.step("rollback, commit and savepoints with autocommit off"):
     tx = psycopg.connect(host=HOST, port=PORT, dbname=DB, user=USER,
                          sslmode="disable", connect_timeout=10)
+    from datetime import datetime, timezone
+    from decimal import Decimal
+    far = [(datetime(2030, 1, 1, i, 0, 0, tzinfo=timezone.utc), "tx", 1.0, Decimal("1"), True, i)
+           for i in range(3)]
     count_sql = f"SELECT count(*) FROM {TABLE}"
     before = tx.execute(count_sql).fetchone()[0]
     tx.commit()
-    tx.execute(ins, ROWS[0])
+    tx.execute(ins, far[0])
     c.eq("rows seen inside the transaction", tx.execute(count_sql).fetchone()[0], before + 1)
     tx.rollback()
     c.eq("rows after rollback", tx.execute(count_sql).fetchone()[0], before)
-    tx.execute(ins, ROWS[0])
+    tx.execute(ins, far[0])
     try:
         with tx.transaction():
-            tx.execute(ins, ROWS[1])
+            tx.execute(ins, far[1])
             tx.execute("SELECT 1/0")
     except psycopg.errors.DivisionByZero:
         pass
@@ -93,10 +97,26 @@ with c.step("rollback, commit and savepoints with autocommit off"):
     tx.commit()
     c.eq("rows after commit (savepoint rolled back)",
          tx.execute(count_sql).fetchone()[0], before + 1)
-    tx.execute(f"DELETE FROM {TABLE} WHERE device = %s", (ROWS[0][1],))
+    tx.execute(f"DELETE FROM {TABLE} WHERE device = %s", ("tx",))
     tx.rollback()
     c.eq("rows after a rolled-back DELETE", tx.execute(count_sql).fetchone()[0], before + 1)
-    tx.rollback()
+    tx.execute(f"DELETE FROM {TABLE} WHERE device = %s", ("tx",))
+    tx.commit()
+    c.eq("rows after a committed DELETE", tx.execute(count_sql).fetchone()[0], before)
     tx.close()
+
+# Server-side cursors: DECLARE ... CURSOR, then FETCH FORWARD n per fetchmany().
+with c.step("server-side cursor (DECLARE / FETCH)", rq):
+    sc = psycopg.connect(host=HOST, port=PORT, dbname=DB, user=USER,
+                         sslmode="disable", connect_timeout=10)
+    with sc.cursor(name="drv_cur") as cur:
+        cur.itersize = 2
+        cur.execute(rq)
+        first = cur.fetchmany(2)
+        c.eq("first page size", len(first), 2)
+        rest = cur.fetchall()
+        check_rows_python(c, first + rest)
+    sc.rollback()
+    sc.close()
 
 c.finish()

@@ -199,3 +199,36 @@ async fn commit_survives_kill_9_and_an_open_block_leaves_nothing() {
     let b = text_rows(&c, "SELECT id FROM b ORDER BY id").await;
     assert_eq!(b, vec![vec![Some("30".into())], vec![Some("40".into())]]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_row_limits_page_through_a_result() {
+    let server = TestServer::start();
+    let mut c = server.connect("sundial").await;
+    setup(&c).await;
+    c.batch_execute(
+        "INSERT INTO b SELECT time + n * interval '1 minute', n, n FROM a, \
+         (SELECT unnest(array[1,2,3,4,5]) AS n) s",
+    )
+    .await
+    .expect("rows");
+    let tx = c.transaction().await.expect("begin");
+    let stmt = tx
+        .prepare("SELECT id FROM b ORDER BY time, id")
+        .await
+        .expect("prepare");
+    let portal = tx.bind(&stmt, &[]).await.expect("bind");
+    let mut seen = vec![];
+    loop {
+        let page = tx
+            .query_portal(&portal, 3)
+            .await
+            .expect("execute with a row limit");
+        assert!(page.len() <= 3, "a page holds at most the limit");
+        if page.is_empty() {
+            break;
+        }
+        seen.extend(page.iter().map(|r| r.get::<_, i64>(0)));
+    }
+    assert_eq!(seen.len(), 10, "every row once: {seen:?}");
+    tx.commit().await.expect("commit");
+}

@@ -317,6 +317,15 @@ fn to_response(c: &Conn, out: Output, format: &Format) -> PgWireResult<Response>
             n,
             stream.map(|r| r.map(CopyData::new).map_err(to_pg)),
         )),
+        Output::Fetched(schema, stream) => {
+            match to_response(c, Output::Rows(schema, stream), format)? {
+                Response::Query(mut q) => {
+                    q.command_tag = "FETCH".into();
+                    Response::Query(q)
+                }
+                other => other,
+            }
+        }
         Output::Rows(schema, stream) => {
             let fields = Arc::new(fields_for(&schema, format)?);
             let tz = c
@@ -494,6 +503,8 @@ pub struct Stmt {
     /// Parameter types the client declared in Parse (what a statement Sundial runs
     /// itself expects its `$n` values as).
     declared: Vec<Option<DataType>>,
+    /// For `FETCH`: the columns of its cursor when it was parsed (Describe).
+    fetched: Option<SchemaRef>,
 }
 
 /// Arrow type for a parameter type a client declares in Parse.
@@ -644,7 +655,11 @@ impl QueryParser for Parser {
         stmt: &Stmt,
         format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
-        match result_schema(&stmt.prepared) {
+        match stmt
+            .fetched
+            .clone()
+            .or_else(|| result_schema(&stmt.prepared))
+        {
             Some(s) => fields_for(&s, format.unwrap_or(&Format::UnifiedText)),
             None => Ok(vec![]),
         }
@@ -673,7 +688,17 @@ async fn parse_one(c: &Conn, sql_text: &str, types: &[Option<Type>]) -> PgWireRe
             .prepare_typed(stmt, &declared)
             .await
             .map_err(to_pg)?;
-        Ok(Some(Stmt { prepared, declared }))
+        let fetched = match &prepared {
+            Prepared::Native(n) => {
+                sql::cursor::fetch_target(n).and_then(|name| c.session.cursors.schema(&name))
+            }
+            Prepared::Plan { .. } => None,
+        };
+        Ok(Some(Stmt {
+            prepared,
+            declared,
+            fetched,
+        }))
     }
 }
 
@@ -709,6 +734,20 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        // A cursor made by SQL DECLARE is a portal too (psycopg describes it by name).
+        if message.target_type == b'P'
+            && let Some(name) = message.name.as_deref()
+            && client.portal_store().get_portal(name).is_none()
+            && let Ok(c) = conn_of(client)
+            && let Some(schema) = c.session.cursors.schema(name)
+        {
+            let fields = fields_for(&schema, &Format::UnifiedText)?;
+            return pgwire::api::query::send_describe_response(
+                client,
+                &pgwire::api::results::DescribePortalResponse::new(fields),
+            )
+            .await;
+        }
         let r = self._on_describe(client, message).await;
         if r.is_err()
             && let Ok(c) = conn_of(client)
