@@ -564,6 +564,24 @@ fn positional(args: &mut Vec<ast::FunctionArg>, names: &[&str]) {
         .collect();
 }
 
+/// `name(args)` as an AST call.
+pub(crate) fn call(name: &str, args: Vec<ast::Expr>) -> ast::Expr {
+    ast::Expr::Function(ast::Function {
+        name: ast::ObjectName::from(vec![ast::Ident::new(name)]),
+        uses_odbc_syntax: false,
+        parameters: ast::FunctionArguments::None,
+        args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+            duplicate_treatment: None,
+            args: args.into_iter().map(unnamed).collect(),
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
 fn unnamed(e: ast::Expr) -> ast::FunctionArg {
     ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))
 }

@@ -150,6 +150,7 @@ pub fn alias_duplicates(q: &mut Query) {
 /// whose PostgreSQL name repeats an earlier item's, as `name#sundial<i>` (read back as
 /// `name`): DataFusion rejects `SELECT pubname, NULL, NULL` in a `UNION` branch.
 pub fn mark_duplicates(sel: &mut datafusion::sql::sqlparser::ast::Select) {
+    distinguish_casts(sel);
     let mut seen = std::collections::HashSet::new();
     for (i, item) in sel.projection.iter_mut().enumerate() {
         let (name, expr) = match item {
@@ -171,5 +172,94 @@ pub fn mark_duplicates(sel: &mut datafusion::sql::sqlparser::ast::Select) {
                 format!("{name}{UNIQUE_MARK}{i}"),
             ),
         };
+    }
+}
+
+/// Function calls of a select list that differ only in casts of their arguments
+/// (`sum(reqs), sum(reqs::float8)`) would get the same DataFusion name (its names
+/// leave casts out) and be refused as duplicates: each later one gets its casts
+/// wrapped in `pg_cast_id` (an identity function) once more than the one before.
+fn distinguish_casts(sel: &mut datafusion::sql::sqlparser::ast::Select) {
+    use datafusion::sql::sqlparser::ast::{VisitMut, VisitorMut};
+    use std::ops::ControlFlow;
+    struct Strip;
+    impl VisitorMut for Strip {
+        type Break = ();
+        fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+            if let Expr::Cast { expr, .. } = e {
+                let inner = std::mem::replace(
+                    expr.as_mut(),
+                    Expr::value(datafusion::sql::sqlparser::ast::Value::Null),
+                );
+                *e = inner;
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    struct Wrap(usize);
+    impl VisitorMut for Wrap {
+        type Break = ();
+        fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+            if matches!(e, Expr::Cast { .. }) {
+                for _ in 0..self.0 {
+                    let inner = std::mem::replace(
+                        e,
+                        Expr::value(datafusion::sql::sqlparser::ast::Value::Null),
+                    );
+                    *e = crate::sql::call("pg_cast_id", vec![inner]);
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    // stripped text -> the distinct full texts with casts, in order
+    let mut seen: std::collections::HashMap<String, Vec<String>> = Default::default();
+    let mut plain: std::collections::HashSet<String> = Default::default();
+    let mut depth = vec![0usize; sel.projection.len()];
+    for (i, item) in sel.projection.iter().enumerate() {
+        let e = match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+            _ => continue,
+        };
+        let Expr::Function(_) = e else { continue };
+        let full = e.to_string();
+        let mut stripped = e.clone();
+        let _ = stripped.visit(&mut Strip);
+        let key = stripped.to_string();
+        if key == full {
+            plain.insert(key);
+            continue;
+        }
+        let variants = seen.entry(key).or_default();
+        let k = match variants.iter().position(|v| *v == full) {
+            Some(k) => k,
+            None => {
+                variants.push(full);
+                variants.len() - 1
+            }
+        };
+        depth[i] = k + 1;
+    }
+    for (i, item) in sel.projection.iter_mut().enumerate() {
+        let e = match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+            _ => continue,
+        };
+        if depth[i] == 0 {
+            continue;
+        }
+        let mut stripped = e.clone();
+        let _ = stripped.visit(&mut Strip);
+        let key = stripped.to_string();
+        let clash = plain.contains(&key) || seen.get(&key).is_some_and(|v| v.len() > 1);
+        // The first variant with casts needs no wrapping unless a cast-free one clashes.
+        let n = if plain.contains(&key) {
+            depth[i]
+        } else {
+            depth[i] - 1
+        };
+        if clash && n > 0 {
+            let _ = e.visit(&mut Wrap(n));
+        }
     }
 }

@@ -379,6 +379,28 @@ impl ScalarUDFImpl for PgTypeof {
     }
 }
 
+/// `pg_cast_id(x)` = `x`: keeps apart names DataFusion would give two expressions
+/// that differ only in a cast (see `names::distinguish_casts`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CastId {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for CastId {
+    fn name(&self) -> &str {
+        "pg_cast_id"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(args[0].clone())
+    }
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(args.args.swap_remove(0))
+    }
+}
+
 /// `pg_sleep(seconds)`: waits, then returns void (printed empty).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct PgSleep {
@@ -550,6 +572,9 @@ pub fn register(ctx: &SessionContext) {
         ),
     }));
     ctx.register_udf(ScalarUDF::from(PgTypeof {
+        signature: Signature::any(1, imm),
+    }));
+    ctx.register_udf(ScalarUDF::from(CastId {
         signature: Signature::any(1, imm),
     }));
     ctx.register_udf(ScalarUDF::from(PgSleep {
