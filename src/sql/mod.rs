@@ -10,6 +10,7 @@ pub mod ddl;
 pub mod functions;
 pub mod gapfill;
 pub mod insert;
+pub mod lateral;
 pub mod names;
 pub mod pg_catalog;
 pub mod plan_cache;
@@ -760,6 +761,7 @@ impl Session {
         };
         let ctx = crate::query::context::new_context(&engine, db, pg);
         functions::register(&ctx, db, pid, settings.clone());
+        ctx.add_analyzer_rule(lateral::rule());
         chunks::register(&ctx, &engine, db);
         pg_catalog::functions::register(&ctx, cat);
         Ok(Session {

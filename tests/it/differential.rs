@@ -1,5 +1,5 @@
 //! Random differential test: a seeded generator of time-series queries (filters,
-//! aggregates, GROUP BY, time_bucket, CTEs, subqueries, expressions, LIMIT, a DST
+//! aggregates, GROUP BY, time_bucket, CTEs, subqueries, LATERAL, expressions, LIMIT, a DST
 //! time zone) runs each query on Sundial and on a scratch PostgreSQL 15 over the
 //! same 5,000 rows (NULLs, extreme doubles, big integers, DST instants). Any
 //! difference, or a query only one side accepts, fails with the smallest query
@@ -254,7 +254,7 @@ fn generate(rng: &mut XorShift) -> Query {
         order: vec![],
         limit: None,
     };
-    match rng.below(9) {
+    match rng.below(10) {
         // Aggregates over a filtered set.
         0 | 1 => q.select = aggs(rng),
         // GROUP BY dev.
@@ -320,6 +320,34 @@ fn generate(rng: &mut XorShift) -> Query {
                 "min(time)" => vec![],
                 _ => vec![format!("a > {}", pick(rng, FLOAT_LITS))],
             };
+        }
+        // Latest rows per device: LATERAL ... ORDER BY time DESC LIMIT k, or the
+        // scalar subquery form.
+        8 => {
+            let p = predicate(rng);
+            let k = 1 + rng.below(3);
+            let dir = pick(rng, &["DESC", "ASC"]);
+            q.conds = vec![];
+            if rng.below(2) == 0 {
+                q.from = format!(
+                    "(SELECT DISTINCT dev FROM dm) d, LATERAL (SELECT time, val, reqs FROM dm \
+                     WHERE dm.dev = d.dev AND {p} ORDER BY time {dir} LIMIT {k}) l"
+                );
+                q.select = vec![
+                    "d.dev".into(),
+                    "l.time".into(),
+                    "l.val".into(),
+                    "l.reqs".into(),
+                ];
+            } else {
+                q.from = "(SELECT DISTINCT dev FROM dm) d".into();
+                q.select = vec![
+                    "d.dev".into(),
+                    format!(
+                        "(SELECT val FROM dm WHERE dm.dev = d.dev AND {p} ORDER BY time {dir} LIMIT 1) AS v"
+                    ),
+                ];
+            }
         }
         // Subqueries: scalar comparison, IN.
         _ => {
