@@ -914,6 +914,9 @@ impl Session {
                     return Ok(Output::Rows(schema, Box::pin(stream)));
                 }
                 let stream = df.execute_stream().await?;
+                // The rows' own schema: analysis may have retyped columns since
+                // planning (sum(int8) is numeric).
+                let schema = names::rename(stream.schema(), names.as_deref());
                 Ok(Output::Rows(schema, stream))
             }
         }
@@ -992,10 +995,7 @@ impl Session {
             .query_planner()
             .create_physical_plan(&entry.plan, state)
             .await?;
-        let schema = names::rename(
-            Arc::new(entry.plan.schema().as_arrow().clone()),
-            entry.names.as_deref(),
-        );
+        let schema = names::rename(physical.schema(), entry.names.as_deref());
         let task = Arc::new(datafusion::execution::TaskContext::from(state));
         let stream = datafusion::physical_plan::execute_stream(physical, task)?;
         Ok(Output::Rows(schema, stream))

@@ -68,6 +68,36 @@ fn type_of(e: &Expr, schema: &DFSchema) -> Option<DataType> {
 
 fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     Ok(match e {
+        // numeric division with PostgreSQL's result scale (DataFusion keeps 4 more
+        // digits than the dividend has: 16 / 144 gave 0.1111).
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Divide,
+            right,
+        }) if numeric_division(&left, &right, schema) => {
+            let udf = Arc::new(datafusion::logical_expr::ScalarUDF::from(
+                super::pgfuncs::NumericDiv::default(),
+            ));
+            Transformed::yes(Expr::ScalarFunction(
+                datafusion::logical_expr::expr::ScalarFunction::new_udf(udf, vec![*left, *right]),
+            ))
+        }
+        // sum(int8) is numeric in PostgreSQL (it cannot overflow).
+        Expr::AggregateFunction(mut a)
+            if a.func.name() == "sum"
+                && a.params.args.len() == 1
+                && matches!(
+                    type_of(&a.params.args[0], schema),
+                    Some(DataType::Int64 | DataType::UInt64)
+                ) =>
+        {
+            let arg = a.params.args.remove(0);
+            a.params.args.push(Expr::Cast(Cast::new(
+                Box::new(arg),
+                DataType::Decimal128(38, 0),
+            )));
+            Transformed::yes(Expr::AggregateFunction(a))
+        }
         Expr::BinaryExpr(BinaryExpr { left, op, right }) if typed_by_operands(&op) => {
             let (lt, rt) = (type_of(&left, schema), type_of(&right, schema));
             match (lt, rt) {
@@ -160,6 +190,17 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     })
 }
 
+/// `l / r` where one side is numeric and the other numeric or an integer.
+fn numeric_division(l: &Expr, r: &Expr, schema: &DFSchema) -> bool {
+    let (lt, rt) = (type_of(l, schema), type_of(r, schema));
+    let num_or_int = |t: &Option<DataType>| {
+        t.as_ref()
+            .is_some_and(|t| matches!(t, DataType::Decimal128(..)) || t.is_integer())
+    };
+    let numeric = |t: &Option<DataType>| matches!(t, Some(DataType::Decimal128(..)));
+    (numeric(&lt) || numeric(&rt)) && num_or_int(&lt) && num_or_int(&rt)
+}
+
 /// Whether some of `types` are floats and some numeric (PostgreSQL unifies to float8).
 fn mixes(types: &[Option<DataType>]) -> bool {
     types.iter().flatten().any(is_float) && types.iter().flatten().any(is_numeric)
@@ -182,11 +223,15 @@ impl AnalyzerRule for NumericMeetsFloat {
                 let rewritten = e.transform_up(|e| rewrite(e, &schema))?;
                 Ok(rewritten.update_data(|e| saved.restore(e)))
             })?;
-            if node.transformed {
-                node.map_data(|p| p.recompute_schema())
+            // Recomputed everywhere: a rewritten child (sum(int8) now numeric) changes
+            // the types its parents see.
+            let changed = node.transformed;
+            let out = node.map_data(|p| p.recompute_schema())?;
+            Ok(if changed {
+                out
             } else {
-                Ok(node)
-            }
+                Transformed::no(out.data)
+            })
         })?;
         Ok(out.data)
     }

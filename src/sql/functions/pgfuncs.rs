@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, IntervalMonthDayNanoArray, ListArray};
-use arrow::datatypes::{DataType, Field, FieldRef, IntervalMonthDayNano, IntervalUnit, TimeUnit};
+use arrow::datatypes::{
+    DataType, Field, FieldRef, IntervalMonthDayNano, IntervalUnit, TimeUnit, i256,
+};
 use chrono::{Datelike, NaiveDateTime, Timelike};
 use datafusion::common::{ScalarValue, exec_err};
 use datafusion::error::{DataFusionError, Result};
@@ -379,6 +381,205 @@ impl ScalarUDFImpl for PgTypeof {
     }
 }
 
+/// Fractional digits a numeric division keeps at most (18 integer digits remain).
+pub const DIV_SCALE: i8 = 20;
+
+/// Mantissa and scale of row `i` of an integer or decimal array.
+fn mantissa(a: &ArrayRef, i: usize) -> Option<(i128, u32)> {
+    use arrow::datatypes as t;
+    if a.is_null(i) {
+        return None;
+    }
+    Some(match a.data_type() {
+        // A numeric without typmod is kept at a fixed scale; the value's own scale
+        // (what PostgreSQL would have kept) is the one without trailing zeros.
+        DataType::Decimal128(_, s) if *s == crate::catalog::ANY_NUMERIC_SCALE => {
+            let (mut m, mut s) = (a.as_primitive::<t::Decimal128Type>().value(i), *s as u32);
+            while s > 0 && m % 10 == 0 {
+                m /= 10;
+                s -= 1;
+            }
+            (m, s)
+        }
+        DataType::Decimal128(_, s) => (
+            a.as_primitive::<t::Decimal128Type>().value(i),
+            (*s).max(0) as u32,
+        ),
+        DataType::Int8 => (a.as_primitive::<t::Int8Type>().value(i) as i128, 0),
+        DataType::Int16 => (a.as_primitive::<t::Int16Type>().value(i) as i128, 0),
+        DataType::Int32 => (a.as_primitive::<t::Int32Type>().value(i) as i128, 0),
+        DataType::Int64 => (a.as_primitive::<t::Int64Type>().value(i) as i128, 0),
+        DataType::UInt8 => (a.as_primitive::<t::UInt8Type>().value(i) as i128, 0),
+        DataType::UInt16 => (a.as_primitive::<t::UInt16Type>().value(i) as i128, 0),
+        DataType::UInt32 => (a.as_primitive::<t::UInt32Type>().value(i) as i128, 0),
+        DataType::UInt64 => (a.as_primitive::<t::UInt64Type>().value(i) as i128, 0),
+        _ => return None,
+    })
+}
+
+/// PostgreSQL's weight (position of the leading base-10000 digit) and leading
+/// base-10000 digit of `m × 10^-s`.
+fn weight_and_first(m: i128, s: u32) -> (i32, u128) {
+    let a = m.unsigned_abs();
+    if a == 0 {
+        return (0, 0);
+    }
+    let digits = a.ilog10() as i32 + 1;
+    let w = (digits - 1 - s as i32).div_euclid(4);
+    let k = s as i32 + 4 * w;
+    let first = if k >= 0 {
+        a / 10u128.pow(k as u32)
+    } else {
+        a * 10u128.pow((-k) as u32)
+    };
+    (w, first)
+}
+
+/// PostgreSQL's `select_div_scale`: at least 16 significant digits, never fewer
+/// fractional digits than either input has.
+fn div_scale(m1: i128, s1: u32, m2: i128, s2: u32) -> i32 {
+    let (w1, f1) = weight_and_first(m1, s1);
+    let (w2, f2) = weight_and_first(m2, s2);
+    let mut qweight = w1 - w2;
+    if f1 <= f2 {
+        qweight -= 1;
+    }
+    (16 - qweight * 4)
+        .max(s1 as i32)
+        .max(s2 as i32)
+        .clamp(0, 1000)
+}
+
+fn pow10(n: u32) -> Option<i256> {
+    i256::from_i128(10).checked_pow(n)
+}
+
+/// `m1 × 10^-s1 / m2 × 10^-s2` rounded half away from zero to PostgreSQL's result
+/// scale (at most `out`), as a mantissa of scale `out`.
+fn numeric_div(m1: i128, s1: u32, m2: i128, s2: u32, out: u32) -> Result<i128> {
+    if m2 == 0 {
+        return Err(sql_error("22012", "division by zero"));
+    }
+    let overflow = || {
+        sql_error(
+            "22003",
+            "numeric field overflow: a division result has more than 18 integer digits",
+        )
+    };
+    let r = div_scale(m1, s1, m2, s2).min(out as i32);
+    let e = s2 as i32 - s1 as i32 + r;
+    let (mut num, mut den) = (i256::from_i128(m1), i256::from_i128(m2));
+    if e >= 0 {
+        num = num
+            .checked_mul(pow10(e as u32).ok_or_else(overflow)?)
+            .ok_or_else(overflow)?;
+    } else {
+        den = den
+            .checked_mul(pow10((-e) as u32).ok_or_else(overflow)?)
+            .ok_or_else(overflow)?;
+    }
+    let q = num.checked_div(den).ok_or_else(overflow)?;
+    let rem = num.checked_rem(den).ok_or_else(overflow)?;
+    let twice = rem
+        .wrapping_abs()
+        .checked_mul(i256::from_i128(2))
+        .ok_or_else(overflow)?;
+    let mut q = q;
+    if twice >= den.wrapping_abs() {
+        let away = if num.is_negative() != den.is_negative() {
+            -1
+        } else {
+            1
+        };
+        q = q.checked_add(i256::from_i128(away)).ok_or_else(overflow)?;
+    }
+    let q = q
+        .checked_mul(pow10(out - r as u32).ok_or_else(overflow)?)
+        .ok_or_else(overflow)?;
+    let q = q.to_i128().ok_or_else(overflow)?;
+    if q.unsigned_abs() >= 10u128.pow(38) {
+        return Err(overflow());
+    }
+    Ok(q)
+}
+
+/// `numeric / numeric` (or with an integer) as PostgreSQL divides: planned for `/`
+/// when a numeric is involved.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct NumericDiv {
+    signature: Signature,
+}
+
+impl Default for NumericDiv {
+    fn default() -> Self {
+        NumericDiv {
+            signature: Signature::any(2, Volatility::Immutable),
+        }
+    }
+}
+
+fn div_out_scale(args: &[DataType]) -> i8 {
+    args.iter()
+        .map(|t| match t {
+            DataType::Decimal128(_, s) => *s,
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
+        .clamp(DIV_SCALE, 38)
+}
+
+impl ScalarUDFImpl for NumericDiv {
+    fn name(&self) -> &str {
+        "numeric_div"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Decimal128(38, div_out_scale(args)))
+    }
+    fn return_field_from_args(
+        &self,
+        args: datafusion::logical_expr::ReturnFieldArgs,
+    ) -> Result<FieldRef> {
+        let types: Vec<DataType> = args
+            .arg_fields
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect();
+        let meta = std::collections::HashMap::from([(
+            super::pgtext::OWN_SCALE.to_string(),
+            "true".to_string(),
+        )]);
+        Ok(Arc::new(
+            Field::new(self.name(), self.return_type(&types)?, true).with_metadata(meta),
+        ))
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let n = args.number_rows;
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let DataType::Decimal128(_, out) = args.return_field.data_type() else {
+            return exec_err!("numeric_div returns a decimal");
+        };
+        let out = *out;
+        let l = args.args[0].to_array(n)?;
+        let r = args.args[1].to_array(n)?;
+        let mut values = Vec::with_capacity(n);
+        for i in 0..n {
+            values.push(match (mantissa(&l, i), mantissa(&r, i)) {
+                (Some((m1, s1)), Some((m2, s2))) => Some(numeric_div(m1, s1, m2, s2, out as u32)?),
+                _ => None,
+            });
+        }
+        let a = arrow::array::Decimal128Array::from(values).with_precision_and_scale(38, out)?;
+        super::columnar(Arc::new(a), scalar)
+    }
+}
+
 /// `pg_cast_id(x)` = `x`: keeps apart names DataFusion would give two expressions
 /// that differ only in a cast (see `names::distinguish_casts`).
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -574,6 +775,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::from(PgTypeof {
         signature: Signature::any(1, imm),
     }));
+    ctx.register_udf(ScalarUDF::from(NumericDiv::default()));
     ctx.register_udf(ScalarUDF::from(CastId {
         signature: Signature::any(1, imm),
     }));
@@ -612,6 +814,28 @@ mod tests {
             Some(iv(0, 0, 1200.0))
         );
         assert!(scale_interval(iv(0, 0, 1.0), 0.0, true).is_err());
+    }
+
+    #[test]
+    fn numeric_division_keeps_postgresql_digits() {
+        // PostgreSQL: 22686379 / 144 = 157544.298611111111; 16 / 144 = 0.11111111111111111111
+        let q = numeric_div(22_686_379, 0, 144, 0, 20).unwrap();
+        assert_eq!(
+            super::super::pgtext::trimmed_decimal(q, 20),
+            "157544.298611111111"
+        );
+        let q = numeric_div(16, 0, 144, 0, 20).unwrap();
+        assert_eq!(
+            super::super::pgtext::trimmed_decimal(q, 20),
+            "0.11111111111111111111"
+        );
+        // 2 / 3 rounds half away from zero in the last digit; negative too.
+        let q = numeric_div(-2, 0, 3, 0, 20).unwrap();
+        assert_eq!(
+            super::super::pgtext::trimmed_decimal(q, 20),
+            "-0.66666666666666666667"
+        );
+        assert!(numeric_div(1, 0, 0, 0, 20).is_err());
     }
 
     #[test]

@@ -55,7 +55,7 @@ impl ScalarUDFImpl for PgText {
             }
             _ => arr,
         };
-        let out = match to_text(&arr)? {
+        let out = match to_text(&args.arg_fields[0], &arr)? {
             Some(a) => a,
             None => match arr.data_type() {
                 DataType::Boolean => {
@@ -142,11 +142,11 @@ pub fn pg_numeric_binary(v: i128, scale: u32) -> Vec<u8> {
 /// Binary-format `numeric` columns without a typmod (kept with 10 fractional digits)
 /// as PostgreSQL's binary numeric of each value's own scale, so binary results equal
 /// the text ones (`100`, not `100.0000000000`). The encoder writes the bytes as they are.
-fn to_binary(c: &ArrayRef) -> Option<ArrayRef> {
+fn to_binary(f: &arrow::datatypes::Field, c: &ArrayRef) -> Option<ArrayRef> {
     let DataType::Decimal128(38, s) = c.data_type() else {
         return None;
     };
-    if *s != crate::catalog::ANY_NUMERIC_SCALE {
+    if *s != crate::catalog::ANY_NUMERIC_SCALE && !own_scale(f) {
         return None;
     }
     let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
@@ -172,9 +172,9 @@ pub fn pg_text_batch(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
             .map(|fi| fi.format() == FieldFormat::Text)
             .unwrap_or(false);
         let converted = if text {
-            to_text(c)?.map(|a| (a, DataType::Utf8))
+            to_text(f, c)?.map(|a| (a, DataType::Utf8))
         } else if fields.get(i).is_some() {
-            to_binary(c).map(|a| (a, DataType::Binary))
+            to_binary(f, c).map(|a| (a, DataType::Binary))
         } else {
             None
         };
@@ -199,9 +199,17 @@ pub fn pg_text_batch(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
     )?)
 }
 
-fn to_text(c: &ArrayRef) -> Result<Option<ArrayRef>> {
+/// Field metadata of a computed `numeric` whose values carry their own scale (a
+/// division rounded to PostgreSQL's result scale): printed without trailing zeros.
+pub const OWN_SCALE: &str = "sundial.numeric_own_scale";
+
+fn own_scale(f: &arrow::datatypes::Field) -> bool {
+    f.metadata().contains_key(OWN_SCALE)
+}
+
+fn to_text(f: &arrow::datatypes::Field, c: &ArrayRef) -> Result<Option<ArrayRef>> {
     let out: Vec<Option<String>> = match c.data_type() {
-        DataType::Decimal128(38, s) if *s == crate::catalog::ANY_NUMERIC_SCALE => {
+        DataType::Decimal128(38, s) if *s == crate::catalog::ANY_NUMERIC_SCALE || own_scale(f) => {
             let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
             (0..a.len())
                 .map(|i| a.is_valid(i).then(|| trimmed_decimal(a.value(i), *s)))
