@@ -232,3 +232,18 @@ async fn portal_row_limits_page_through_a_result() {
     assert_eq!(seen.len(), 10, "every row once: {seen:?}");
     tx.commit().await.expect("commit");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_takes_typed_parameters() {
+    let server = TestServer::start();
+    let c = server.connect("sundial").await;
+    setup(&c).await;
+    // tokio-postgres sends the i64 in binary as the type Parse announced (int8).
+    let n = c
+        .execute("DELETE FROM a WHERE id = $1 AND v < $2", &[&1i64, &10.0f64])
+        .await
+        .expect("DELETE with typed parameters");
+    assert_eq!(n, 1);
+    let ids = text_rows(&c, "SELECT id FROM a").await;
+    assert_eq!(ids, vec![vec![Some("2".into())]]);
+}

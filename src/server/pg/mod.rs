@@ -666,6 +666,21 @@ impl QueryParser for Parser {
     }
 }
 
+/// `SELECT 1 FROM t WHERE <filter>` for `DELETE FROM t WHERE <filter>` with `$n`.
+fn delete_filter(stmt: &datafusion::sql::sqlparser::ast::Statement) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{FromTable, Statement};
+    let Statement::Delete(d) = stmt else {
+        return None;
+    };
+    let from = match &d.from {
+        FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
+    };
+    let (Some(w), [t]) = (&d.selection, from.as_slice()) else {
+        return None;
+    };
+    (sql::args::placeholder_count(stmt) > 0).then(|| format!("SELECT 1 FROM {t} WHERE {w}"))
+}
+
 /// Parse: one statement, prepared with the parameter types the client declared.
 async fn parse_one(c: &Conn, sql_text: &str, types: &[Option<Type>]) -> PgWireResult<Option<Stmt>> {
     {
@@ -679,15 +694,35 @@ async fn parse_one(c: &Conn, sql_text: &str, types: &[Option<Type>]) -> PgWireRe
         let Some(stmt) = stmts.pop() else {
             return Ok(None);
         };
-        let declared: Vec<Option<DataType>> = types
+        let mut declared: Vec<Option<DataType>> = types
             .iter()
             .map(|t| t.as_ref().and_then(pg_to_arrow))
             .collect();
+        let filter = delete_filter(&stmt);
         let prepared = c
             .session
             .prepare_typed(stmt, &declared)
             .await
             .map_err(to_pg)?;
+        // DELETE runs natively: its `$n` take the types PostgreSQL would infer, read
+        // from the plan of the same filter as a query.
+        if let Some(q) = filter
+            && let Ok(mut parsed) = sql::parse(&q)
+            && let Some(stmt) = parsed.pop()
+            && let Ok(plan) = c.session.prepare_typed(stmt, &declared).await
+        {
+            let inferred = param_types(&Stmt {
+                prepared: plan,
+                declared: vec![],
+                fetched: None,
+            });
+            declared.resize(declared.len().max(inferred.len()), None);
+            for (d, i) in declared.iter_mut().zip(inferred) {
+                if d.is_none() {
+                    *d = i;
+                }
+            }
+        }
         let fetched = match &prepared {
             Prepared::Native(n) => {
                 sql::cursor::fetch_target(n).and_then(|name| c.session.cursors.schema(&name))
