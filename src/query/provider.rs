@@ -443,6 +443,25 @@ fn all_match(
 }
 
 /// For each file, whether its statistics allow a row matching `pred` (true = read it).
+/// The files of `t` a deletion predicate may match (by statistics), each with
+/// whether every row matches: `logical` is the predicate, `pred` its physical form.
+pub fn files_to_delete_from<'a>(
+    state: &dyn Session,
+    t: &'a TableDef,
+    logical: &Expr,
+    pred: &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+) -> crate::Result<Vec<(&'a FileMeta, bool)>> {
+    let schema = t.schema();
+    let may = files_may_match(&schema, pred.clone(), &t.files);
+    let all = files_all_match(state, &schema, logical, &t.files)?;
+    Ok(t.files
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| may[*i])
+        .map(|(i, f)| (f, all[i]))
+        .collect())
+}
+
 pub fn files_may_match(
     schema: &SchemaRef,
     pred: Arc<dyn datafusion::physical_expr::PhysicalExpr>,

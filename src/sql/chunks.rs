@@ -12,7 +12,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::{self, Expr, FunctionArg};
 
 use super::{Output, Session};
-use crate::catalog::{FileMeta, Retention, TableDef};
+use crate::catalog::{Retention, TableDef};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 
@@ -508,15 +508,7 @@ pub async fn delete(s: &Session, del: &ast::Delete) -> Result<Output> {
     let state = s.ctx.state();
     let logical = state.create_logical_expr(&selection.to_string(), &df_schema)?;
     let pred = state.create_physical_expr(logical.clone(), &df_schema)?;
-    let may_match = crate::query::provider::files_may_match(&schema, pred.clone(), &t.files);
-    let all_match = crate::query::provider::files_all_match(&state, &schema, &logical, &t.files)?;
-    let files: Vec<(&FileMeta, bool)> = t
-        .files
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| may_match[*i])
-        .map(|(i, f)| (f, all_match[i]))
-        .collect();
+    let files = crate::query::provider::files_to_delete_from(&state, &t, &logical, &pred)?;
     let deleted = s.engine.delete_rows(&s.db, &t, &files, &pred).await?;
     Ok(Output::Command(format!("DELETE {deleted}")))
 }

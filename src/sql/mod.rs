@@ -272,20 +272,7 @@ impl VisitorMut for Normalize {
                 } else {
                     "interval_mul"
                 };
-                *expr = ast::Expr::Function(ast::Function {
-                    name: ast::ObjectName::from(vec![ast::Ident::new(name)]),
-                    uses_odbc_syntax: false,
-                    parameters: ast::FunctionArguments::None,
-                    args: ast::FunctionArguments::List(ast::FunctionArgumentList {
-                        duplicate_treatment: None,
-                        args: vec![unnamed(*iv), unnamed(n)],
-                        clauses: vec![],
-                    }),
-                    filter: None,
-                    null_treatment: None,
-                    over: None,
-                    within_group: vec![],
-                });
+                *expr = call(name, vec![*iv, n]);
             }
         }
         // EXTRACT is date_part (DataFusion plans it with its own, UTC-only, function
@@ -296,23 +283,10 @@ impl VisitorMut for Normalize {
         {
             let unit = field.to_string().to_ascii_lowercase();
             let arg = std::mem::replace(inner.as_mut(), ast::Expr::value(ast::Value::Null));
-            *expr = ast::Expr::Function(ast::Function {
-                name: ast::ObjectName::from(vec![ast::Ident::new("date_part")]),
-                uses_odbc_syntax: false,
-                parameters: ast::FunctionArguments::None,
-                args: ast::FunctionArguments::List(ast::FunctionArgumentList {
-                    duplicate_treatment: None,
-                    args: vec![
-                        unnamed(ast::Expr::value(ast::Value::SingleQuotedString(unit))),
-                        unnamed(arg),
-                    ],
-                    clauses: vec![],
-                }),
-                filter: None,
-                null_treatment: None,
-                over: None,
-                within_group: vec![],
-            });
+            *expr = call(
+                "date_part",
+                vec![ast::Expr::value(ast::Value::SingleQuotedString(unit)), arg],
+            );
         }
         if let ast::Expr::Function(f) = expr {
             let name = function_name(f);
@@ -352,20 +326,7 @@ impl VisitorMut for Normalize {
                 ..
             } if !matches!(inner.as_ref(), ast::Expr::Value(_)) => {
                 let arg = std::mem::replace(inner.as_mut(), ast::Expr::value(ast::Value::Null));
-                *expr = ast::Expr::Function(ast::Function {
-                    name: ast::ObjectName::from(vec![ast::Ident::new("pg_text")]),
-                    uses_odbc_syntax: false,
-                    parameters: ast::FunctionArguments::None,
-                    args: ast::FunctionArguments::List(ast::FunctionArgumentList {
-                        duplicate_treatment: None,
-                        args: vec![ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(arg))],
-                        clauses: vec![],
-                    }),
-                    filter: None,
-                    null_treatment: None,
-                    over: None,
-                    within_group: vec![],
-                });
+                *expr = call("pg_text", vec![arg]);
             }
             ast::Expr::Cast { data_type, .. } => micro(data_type),
 

@@ -359,19 +359,8 @@ impl Session {
                 Some(deleted) => {
                     let df_schema = crate::query::staged::qualified_schema(t)?;
                     let pred = state.create_physical_expr(deleted.clone(), &df_schema)?;
-                    let schema = t.schema();
-                    let may =
-                        crate::query::provider::files_may_match(&schema, pred.clone(), &t.files);
-                    let all = crate::query::provider::files_all_match(
-                        &state, &schema, deleted, &t.files,
-                    )?;
-                    let files = t
-                        .files
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| may[*i])
-                        .map(|(i, f)| (f, all[i]))
-                        .collect();
+                    let files =
+                        crate::query::provider::files_to_delete_from(&state, t, deleted, &pred)?;
                     (Some(pred), files)
                 }
                 None => (None, vec![]),
