@@ -580,6 +580,111 @@ impl ScalarUDFImpl for NumericDiv {
     }
 }
 
+/// `avg` of integers as PostgreSQL computes it: the exact sum divided by the count
+/// as a numeric division (`avg(10, 20, 30)` = 20, `avg(1, 2)` = 1.5), not a float.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct IntAvg {
+    signature: Signature,
+}
+
+impl Default for IntAvg {
+    fn default() -> Self {
+        IntAvg {
+            signature: Signature::any(1, Volatility::Immutable),
+        }
+    }
+}
+
+impl AggregateUDFImpl for IntAvg {
+    fn name(&self) -> &str {
+        "avg"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Decimal128(38, DIV_SCALE))
+    }
+    fn return_field(&self, _: &[FieldRef]) -> Result<FieldRef> {
+        let meta = std::collections::HashMap::from([(
+            super::pgtext::OWN_SCALE.to_string(),
+            "true".to_string(),
+        )]);
+        Ok(Arc::new(
+            Field::new(self.name(), DataType::Decimal128(38, DIV_SCALE), true).with_metadata(meta),
+        ))
+    }
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        Ok(vec![
+            Arc::new(Field::new(
+                format!("{}[sum]", args.name),
+                DataType::Decimal128(38, 0),
+                true,
+            )),
+            Arc::new(Field::new(
+                format!("{}[count]", args.name),
+                DataType::Int64,
+                true,
+            )),
+        ])
+    }
+    fn accumulator(&self, _args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        Ok(Box::new(IntAvgAcc::default()))
+    }
+}
+
+#[derive(Debug, Default)]
+struct IntAvgAcc {
+    sum: i128,
+    count: i64,
+}
+
+impl Accumulator for IntAvgAcc {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let a = &values[0];
+        for i in 0..a.len() {
+            if let Some((m, _)) = mantissa(a, i) {
+                self.sum = self
+                    .sum
+                    .checked_add(m)
+                    .ok_or_else(|| sql_error("22003", "numeric field overflow in avg"))?;
+                self.count += 1;
+            }
+        }
+        Ok(())
+    }
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        if self.count == 0 {
+            return Ok(ScalarValue::Decimal128(None, 38, DIV_SCALE));
+        }
+        let q = numeric_div(self.sum, 0, self.count as i128, 0, DIV_SCALE as u32)?;
+        Ok(ScalarValue::Decimal128(Some(q), 38, DIV_SCALE))
+    }
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self)
+    }
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        Ok(vec![
+            ScalarValue::Decimal128(Some(self.sum), 38, 0),
+            ScalarValue::Int64(Some(self.count)),
+        ])
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        let sums = states[0].as_primitive::<arrow::datatypes::Decimal128Type>();
+        let counts = states[1].as_primitive::<arrow::datatypes::Int64Type>();
+        for i in 0..sums.len() {
+            if sums.is_valid(i) && counts.is_valid(i) {
+                self.sum = self
+                    .sum
+                    .checked_add(sums.value(i))
+                    .ok_or_else(|| sql_error("22003", "numeric field overflow in avg"))?;
+                self.count += counts.value(i);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `pg_cast_id(x)` = `x`: keeps apart names DataFusion would give two expressions
 /// that differ only in a cast (see `names::distinguish_casts`).
 #[derive(Debug, PartialEq, Eq, Hash)]
