@@ -82,18 +82,6 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 datafusion::logical_expr::expr::ScalarFunction::new_udf(udf, vec![*left, *right]),
             ))
         }
-        // avg of integers is numeric in PostgreSQL: the exact sum over the count.
-        Expr::AggregateFunction(mut a)
-            if a.func.name() == "avg"
-                && a.params.args.len() == 1
-                && !a.params.distinct
-                && type_of(&a.params.args[0], schema).is_some_and(|t| t.is_integer()) =>
-        {
-            a.func = Arc::new(datafusion::logical_expr::AggregateUDF::from(
-                super::pgfuncs::IntAvg::default(),
-            ));
-            Transformed::yes(Expr::AggregateFunction(a))
-        }
         // sum(int8) is numeric in PostgreSQL (it cannot overflow).
         Expr::AggregateFunction(mut a)
             if a.func.name() == "sum"
