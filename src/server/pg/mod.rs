@@ -407,6 +407,15 @@ fn fresh_cancel(c: &Conn) {
     *c.cancel.lock() = CancellationToken::new();
 }
 
+/// `r`, after telling the session when it is an error (a block it fails in is
+/// aborted).
+fn noted<T>(c: &Conn, r: PgWireResult<T>) -> PgWireResult<T> {
+    if r.is_err() {
+        c.session.note_error();
+    }
+    r
+}
+
 /// The status ReadyForQuery reports for the session's transaction.
 fn wire_status(c: &Conn) -> TransactionStatus {
     match c.session.tx_status() {
@@ -434,11 +443,7 @@ impl SimpleQueryHandler for Handler {
             TxStatus::Idle => TransactionStatus::Idle,
             TxStatus::InBlock | TxStatus::Failed => TransactionStatus::Transaction,
         });
-        let r = self._on_query(client, query).await;
-        if r.is_err() {
-            c.session.note_error();
-        }
-        r
+        noted(&c, self._on_query(client, query).await)
     }
 
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
@@ -633,11 +638,7 @@ impl QueryParser for Parser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let c = conn_of(client)?;
-        let r = parse_one(&c, sql_text, types).await;
-        if r.is_err() {
-            c.session.note_error();
-        }
-        r
+        noted(&c, parse_one(&c, sql_text, types).await)
     }
 
     fn get_parameter_types(&self, stmt: &Stmt) -> PgWireResult<Vec<Type>> {
@@ -754,12 +755,10 @@ impl ExtendedQueryHandler for Handler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let r = self._on_execute(client, message).await;
-        if r.is_err()
-            && let Ok(c) = conn_of(client)
-        {
-            c.session.note_error();
+        match conn_of(client) {
+            Ok(c) => noted(&c, r),
+            Err(_) => r,
         }
-        r
     }
 
     async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
@@ -784,12 +783,10 @@ impl ExtendedQueryHandler for Handler {
             .await;
         }
         let r = self._on_describe(client, message).await;
-        if r.is_err()
-            && let Ok(c) = conn_of(client)
-        {
-            c.session.note_error();
+        match conn_of(client) {
+            Ok(c) => noted(&c, r),
+            Err(_) => r,
         }
-        r
     }
 
     /// ReadyForQuery reports the session's own transaction state (pgwire's tracking

@@ -78,6 +78,21 @@ fn scale_interval(
     ))
 }
 
+/// The arguments as arrays of the batch's length, and whether all were scalars
+/// (the result is then a scalar too).
+fn arrays_of(args: &ScalarFunctionArgs) -> Result<(Vec<ArrayRef>, bool)> {
+    let scalar = args
+        .args
+        .iter()
+        .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+    let arrays = args
+        .args
+        .iter()
+        .map(|a| a.to_array(args.number_rows))
+        .collect::<Result<_>>()?;
+    Ok((arrays, scalar))
+}
+
 /// `interval * number` / `interval / number`.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct IntervalScale {
@@ -112,15 +127,9 @@ impl ScalarUDFImpl for IntervalScale {
         Ok(interval_type())
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let n = args.number_rows;
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let spans = args.args[0].to_array(n)?;
-        let factors = args.args[1].to_array(n)?;
-        let spans = spans.as_primitive::<arrow::datatypes::IntervalMonthDayNanoType>();
-        let factors = factors.as_primitive::<arrow::datatypes::Float64Type>();
+        let (arrays, scalar) = arrays_of(&args)?;
+        let spans = arrays[0].as_primitive::<arrow::datatypes::IntervalMonthDayNanoType>();
+        let factors = arrays[1].as_primitive::<arrow::datatypes::Float64Type>();
         let mut out = Vec::with_capacity(spans.len());
         for i in 0..spans.len() {
             out.push(if spans.is_null(i) || factors.is_null(i) {
@@ -156,15 +165,7 @@ impl ScalarUDFImpl for MakeInterval {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let n = args.number_rows;
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let cols: Vec<ArrayRef> = args
-            .args
-            .iter()
-            .map(|a| a.to_array(n))
-            .collect::<Result<_>>()?;
+        let (cols, scalar) = arrays_of(&args)?;
         let mut out = Vec::with_capacity(n);
         for row in 0..n {
             let mut v = [0f64; 7];
@@ -278,10 +279,7 @@ impl ScalarUDFImpl for Age {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let n = args.number_rows;
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let (arrays, scalar) = arrays_of(&args)?;
         let zone = args
             .config_options
             .execution
@@ -297,11 +295,6 @@ impl ScalarUDFImpl for Age {
                 _ => utc.with_timezone(&tz).naive_local(),
             })
         };
-        let arrays: Vec<ArrayRef> = args
-            .args
-            .iter()
-            .map(|a| a.to_array(n))
-            .collect::<Result<_>>()?;
         let micros: Vec<ArrayRef> = arrays
             .iter()
             .map(|a| {
@@ -558,19 +551,14 @@ impl ScalarUDFImpl for NumericDiv {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let n = args.number_rows;
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let (arrays, scalar) = arrays_of(&args)?;
         let DataType::Decimal128(_, out) = args.return_field.data_type() else {
             return exec_err!("numeric_div returns a decimal");
         };
         let out = *out;
-        let l = args.args[0].to_array(n)?;
-        let r = args.args[1].to_array(n)?;
         let mut values = Vec::with_capacity(n);
         for i in 0..n {
-            values.push(match (mantissa(&l, i), mantissa(&r, i)) {
+            values.push(match (mantissa(&arrays[0], i), mantissa(&arrays[1], i)) {
                 (Some((m1, s1)), Some((m2, s2))) => Some(numeric_div(m1, s1, m2, s2, out as u32)?),
                 _ => None,
             });
