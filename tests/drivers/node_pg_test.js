@@ -167,6 +167,19 @@ async function main() {
     eq('rows after COMMIT', await count(), before + 1);
   });
 
+  await step('result types: int4 literal, int8 count, numeric avg and sum', null, async () => {
+    // node-postgres returns int4 as a number, int8 and numeric as strings.
+    const sql = `SELECT 1 AS one, 2 + 3 AS five, 3000000000 AS big, count(*) AS c, ` +
+      `sum(v) AS s, avg(v) AS a FROM (SELECT unnest(ARRAY[1, 2, 2]) AS v) t`;
+    const r = (await client.query(sql)).rows[0];
+    eq('SELECT 1 (int4 -> number)', r.one, 1);
+    eq('2 + 3 (int4 -> number)', r.five, 5);
+    eq('3000000000 (int8 -> string)', r.big, '3000000000');
+    eq('count(*) (int8 -> string)', r.c, '3');
+    eq('sum(int4) (int8 -> string)', r.s, '5');
+    eq('avg(int4) (numeric -> string)', r.a, '1.6666666666666667');
+  });
+
   await step('close', null, () => client.end());
   finish();
 }

@@ -10,12 +10,14 @@ use std::sync::Arc;
 
 use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DFSchema, ExprSchema};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, ExprSchema, ScalarValue};
 use datafusion::error::Result;
 use datafusion::logical_expr::expr::{Between, BinaryExpr, Cast, InList};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Operator};
+use datafusion::logical_expr::{
+    Expr, ExprSchemable, LogicalPlan, Operator, WindowFunctionDefinition,
+};
 use datafusion::optimizer::AnalyzerRule;
 
 /// The analyzer rule; see the module documentation.
@@ -81,6 +83,31 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
             Transformed::yes(Expr::ScalarFunction(
                 datafusion::logical_expr::expr::ScalarFunction::new_udf(udf, vec![*left, *right]),
             ))
+        }
+        // avg of integers is numeric in PostgreSQL: the exact sum over the count.
+        Expr::AggregateFunction(mut a)
+            if a.func.name() == "avg"
+                && a.params.args.len() == 1
+                && !a.params.distinct
+                && type_of(&a.params.args[0], schema).is_some_and(|t| t.is_integer()) =>
+        {
+            let arg = type_of(&a.params.args[0], schema).unwrap_or(DataType::Int64);
+            a.func = Arc::new(datafusion::logical_expr::AggregateUDF::from(
+                super::pgfuncs::IntAvg::of(&arg),
+            ));
+            Transformed::yes(Expr::AggregateFunction(a))
+        }
+        Expr::WindowFunction(mut w)
+            if w.fun.name() == "avg"
+                && w.params.args.len() == 1
+                && !w.params.distinct
+                && type_of(&w.params.args[0], schema).is_some_and(|t| t.is_integer()) =>
+        {
+            let arg = type_of(&w.params.args[0], schema).unwrap_or(DataType::Int64);
+            w.fun = WindowFunctionDefinition::AggregateUDF(Arc::new(
+                datafusion::logical_expr::AggregateUDF::from(super::pgfuncs::IntAvg::of(&arg)),
+            ));
+            Transformed::yes(Expr::WindowFunction(w))
         }
         // sum(int8) is numeric in PostgreSQL (it cannot overflow).
         Expr::AggregateFunction(mut a)
@@ -190,6 +217,31 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     })
 }
 
+/// PostgreSQL types an integer literal as int4 when it fits, int8 when it fits
+/// that, and numeric beyond; DataFusion's SQL planner makes every one int8 (or
+/// uint64). `count`'s argument is left alone: `count(*)` is `count(1::int8)`,
+/// which DataFusion's statistics shortcuts recognise.
+fn integer_literals(e: Expr) -> Result<Transformed<Expr>> {
+    e.transform_down(|e| {
+        Ok(match e {
+            Expr::AggregateFunction(ref a) if a.func.name() == "count" => {
+                Transformed::new(e, false, TreeNodeRecursion::Jump)
+            }
+            Expr::WindowFunction(ref w) if w.fun.name() == "count" => {
+                Transformed::new(e, false, TreeNodeRecursion::Jump)
+            }
+            Expr::Literal(ScalarValue::Int64(Some(v)), meta) if i32::try_from(v).is_ok() => {
+                Transformed::yes(Expr::Literal(ScalarValue::Int32(Some(v as i32)), meta))
+            }
+            Expr::Literal(ScalarValue::UInt64(Some(v)), meta) => Transformed::yes(Expr::Literal(
+                ScalarValue::Decimal128(Some(i128::from(v)), 20, 0),
+                meta,
+            )),
+            other => Transformed::no(other),
+        })
+    })
+}
+
 /// `l / r` where one side is numeric and the other numeric or an integer.
 fn numeric_division(l: &Expr, r: &Expr, schema: &DFSchema) -> bool {
     let (lt, rt) = (type_of(l, schema), type_of(r, schema));
@@ -218,9 +270,17 @@ impl AnalyzerRule for NumericMeetsFloat {
                 schema.merge(input.schema());
             }
             let names = NamePreserver::new(&node);
+            // LIMIT/OFFSET must stay int8 literals, and VALUES keeps the schema it
+            // was planned with.
+            let retype = !matches!(node, LogicalPlan::Limit(_) | LogicalPlan::Values(_));
             let node = node.map_expressions(|e| {
                 let saved = names.save(&e);
-                let rewritten = e.transform_up(|e| rewrite(e, &schema))?;
+                let e = if retype {
+                    integer_literals(e)?
+                } else {
+                    Transformed::no(e)
+                };
+                let rewritten = e.transform_data(|e| e.transform_up(|e| rewrite(e, &schema)))?;
                 Ok(rewritten.update_data(|e| saved.restore(e)))
             })?;
             // Recomputed everywhere: a rewritten child (sum(int8) now numeric) changes

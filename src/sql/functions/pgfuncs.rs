@@ -15,8 +15,8 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::FunctionRegistry;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, ScalarFunctionArgs, ScalarUDF,
-    ScalarUDFImpl, Signature, TypeSignature, Volatility,
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, EmitTo, GroupsAccumulator,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility,
 };
 use datafusion::prelude::SessionContext;
 
@@ -565,6 +565,254 @@ impl ScalarUDFImpl for NumericDiv {
         }
         let a = arrow::array::Decimal128Array::from(values).with_precision_and_scale(38, out)?;
         super::columnar(Arc::new(a), scalar)
+    }
+}
+
+/// `avg` of integers as PostgreSQL computes it: the exact sum divided by the count
+/// as a numeric division (`avg(10, 20, 30)` = 20, `avg(1, 2)` = 1.5), not a float.
+/// The argument is widened to int8; the sum is an i128, which no table can overflow.
+/// The result keeps [`DIV_SCALE`] fractional digits for int2 and int4, and 18 for
+/// int8 so that averages up to int8's range (19 integer digits) fit in 38 digits
+/// (PostgreSQL would print up to 20 for an int8 average below 1).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct IntAvg {
+    signature: Signature,
+    scale: i8,
+}
+
+impl IntAvg {
+    /// The average of a column of type `arg`.
+    pub fn of(arg: &DataType) -> Self {
+        let wide = matches!(arg, DataType::Int64 | DataType::UInt32 | DataType::UInt64);
+        IntAvg {
+            signature: Signature::user_defined(Volatility::Immutable),
+            scale: if wide { 18 } else { DIV_SCALE },
+        }
+    }
+}
+
+fn avg_of(sum: i128, count: i64, scale: i8) -> Result<Option<i128>> {
+    if count == 0 {
+        return Ok(None);
+    }
+    numeric_div(sum, 0, i128::from(count), 0, scale as u32).map(Some)
+}
+
+impl AggregateUDFImpl for IntAvg {
+    fn name(&self) -> &str {
+        "avg"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
+        match args {
+            [t] if t.is_integer() || t.is_null() => Ok(vec![DataType::Int64]),
+            _ => exec_err!("avg of integers takes one integer argument"),
+        }
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Decimal128(38, self.scale))
+    }
+    fn return_field(&self, _: &[FieldRef]) -> Result<FieldRef> {
+        let meta = std::collections::HashMap::from([(
+            super::pgtext::OWN_SCALE.to_string(),
+            "true".to_string(),
+        )]);
+        Ok(Arc::new(
+            Field::new(self.name(), DataType::Decimal128(38, self.scale), true).with_metadata(meta),
+        ))
+    }
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        Ok(vec![
+            Arc::new(Field::new(
+                format!("{}[sum]", args.name),
+                DataType::Decimal128(38, 0),
+                true,
+            )),
+            Arc::new(Field::new(
+                format!("{}[count]", args.name),
+                DataType::Int64,
+                true,
+            )),
+        ])
+    }
+    fn accumulator(&self, _args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        Ok(Box::new(IntAvgAcc {
+            scale: self.scale,
+            ..Default::default()
+        }))
+    }
+    fn groups_accumulator_supported(&self, _args: AccumulatorArgs) -> bool {
+        true
+    }
+    fn create_groups_accumulator(
+        &self,
+        _args: AccumulatorArgs,
+    ) -> Result<Box<dyn GroupsAccumulator>> {
+        Ok(Box::new(IntAvgGroups {
+            scale: self.scale,
+            ..Default::default()
+        }))
+    }
+}
+
+#[derive(Debug, Default)]
+struct IntAvgAcc {
+    sum: i128,
+    count: i64,
+    scale: i8,
+}
+
+impl Accumulator for IntAvgAcc {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let a = values[0].as_primitive::<arrow::datatypes::Int64Type>();
+        self.count += (a.len() - a.null_count()) as i64;
+        self.sum += a.iter().flatten().map(i128::from).sum::<i128>();
+        Ok(())
+    }
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let a = values[0].as_primitive::<arrow::datatypes::Int64Type>();
+        self.count -= (a.len() - a.null_count()) as i64;
+        self.sum -= a.iter().flatten().map(i128::from).sum::<i128>();
+        Ok(())
+    }
+    fn supports_retract_batch(&self) -> bool {
+        true
+    }
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        Ok(ScalarValue::Decimal128(
+            avg_of(self.sum, self.count, self.scale)?,
+            38,
+            self.scale,
+        ))
+    }
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self)
+    }
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        Ok(vec![
+            ScalarValue::Decimal128(Some(self.sum), 38, 0),
+            ScalarValue::Int64(Some(self.count)),
+        ])
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        let sums = states[0].as_primitive::<arrow::datatypes::Decimal128Type>();
+        let counts = states[1].as_primitive::<arrow::datatypes::Int64Type>();
+        for i in 0..sums.len() {
+            if sums.is_valid(i) && counts.is_valid(i) {
+                self.sum += sums.value(i);
+                self.count += counts.value(i);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`IntAvg`] for many groups at once (what grouped queries use).
+#[derive(Debug, Default)]
+struct IntAvgGroups {
+    sums: Vec<i128>,
+    counts: Vec<i64>,
+    scale: i8,
+}
+
+/// Whether row `i` passes the aggregate's FILTER.
+fn passes(filter: Option<&arrow::array::BooleanArray>, i: usize) -> bool {
+    filter.is_none_or(|f| f.is_valid(i) && f.value(i))
+}
+
+impl IntAvgGroups {
+    fn take(&mut self, emit_to: EmitTo) -> (Vec<i128>, Vec<i64>) {
+        (
+            emit_to.take_needed(&mut self.sums),
+            emit_to.take_needed(&mut self.counts),
+        )
+    }
+}
+
+impl GroupsAccumulator for IntAvgGroups {
+    fn update_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&arrow::array::BooleanArray>,
+        total_num_groups: usize,
+    ) -> Result<()> {
+        self.sums.resize(total_num_groups, 0);
+        self.counts.resize(total_num_groups, 0);
+        let a = values[0].as_primitive::<arrow::datatypes::Int64Type>();
+        if a.null_count() == 0 && opt_filter.is_none() {
+            for (&g, &v) in group_indices.iter().zip(a.values().iter()) {
+                self.sums[g] += i128::from(v);
+                self.counts[g] += 1;
+            }
+        } else {
+            for (i, &g) in group_indices.iter().enumerate() {
+                if a.is_valid(i) && passes(opt_filter, i) {
+                    self.sums[g] += i128::from(a.value(i));
+                    self.counts[g] += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
+        let (sums, counts) = self.take(emit_to);
+        let out = sums
+            .into_iter()
+            .zip(counts)
+            .map(|(s, c)| avg_of(s, c, self.scale))
+            .collect::<Result<arrow::array::Decimal128Array>>()?
+            .with_precision_and_scale(38, self.scale)?;
+        Ok(Arc::new(out))
+    }
+    fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        let (sums, counts) = self.take(emit_to);
+        let sums = arrow::array::Decimal128Array::from(sums).with_precision_and_scale(38, 0)?;
+        Ok(vec![
+            Arc::new(sums),
+            Arc::new(arrow::array::Int64Array::from(counts)),
+        ])
+    }
+    fn merge_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        total_num_groups: usize,
+    ) -> Result<()> {
+        self.sums.resize(total_num_groups, 0);
+        self.counts.resize(total_num_groups, 0);
+        let sums = values[0].as_primitive::<arrow::datatypes::Decimal128Type>();
+        let counts = values[1].as_primitive::<arrow::datatypes::Int64Type>();
+        for (i, &g) in group_indices.iter().enumerate() {
+            if sums.is_valid(i) && counts.is_valid(i) {
+                self.sums[g] += sums.value(i);
+                self.counts[g] += counts.value(i);
+            }
+        }
+        Ok(())
+    }
+    /// Each row as its own state: the value (or 0) and a count of 1 (or 0).
+    fn convert_to_state(
+        &self,
+        values: &[ArrayRef],
+        opt_filter: Option<&arrow::array::BooleanArray>,
+    ) -> Result<Vec<ArrayRef>> {
+        let a = values[0].as_primitive::<arrow::datatypes::Int64Type>();
+        let keep = |i: usize| a.is_valid(i) && passes(opt_filter, i);
+        let sums = (0..a.len())
+            .map(|i| if keep(i) { i128::from(a.value(i)) } else { 0 })
+            .collect::<Vec<_>>();
+        let counts = (0..a.len()).map(|i| i64::from(keep(i))).collect::<Vec<_>>();
+        let sums = arrow::array::Decimal128Array::from(sums).with_precision_and_scale(38, 0)?;
+        Ok(vec![
+            Arc::new(sums),
+            Arc::new(arrow::array::Int64Array::from(counts)),
+        ])
+    }
+    fn size(&self) -> usize {
+        self.sums.capacity() * 16 + self.counts.capacity() * 8
     }
 }
 
