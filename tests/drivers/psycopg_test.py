@@ -5,7 +5,7 @@ prepare=True statement, and a binary-results cursor.
 Usage: SUNDIAL_HOST=.. SUNDIAL_PORT=.. python3 psycopg_test.py"""
 import psycopg
 
-from drvcommon import (DB, HOST, PORT, USER, ROWS, BUCKET, RANGE_START, RANGE_END,
+from drvcommon import (DB, HOST, PORT, USER, ROWS, PLAIN_PG, BUCKET, RANGE_START, RANGE_END,
                        Checker, create_table_sql, bucket_sql, raw_sql,
                        check_rows_python, check_buckets_python)
 
@@ -67,6 +67,33 @@ with c.step("ParameterStatus follows SET TimeZone", "SET TimeZone = 'Europe/Berl
          "drv")
     conn.execute("RESET TimeZone")
     c.eq("TimeZone parameter status after RESET", conn.info.parameter_status("TimeZone"), "UTC")
+
+q = ("SELECT 1 AS one, 3000000000 AS big, count(*) AS c, sum(v) AS s, avg(v) AS a "
+     "FROM (SELECT unnest(ARRAY[1, 2, 2]) AS v) t")
+with c.step("result column types (int4 literal, int8 count and sum, numeric avg)", q):
+    from decimal import Decimal
+    with conn.cursor() as cur:
+        cur.execute(q)
+        c.eq("result type OIDs", [d.type_code for d in cur.description], [23, 20, 20, 20, 1700])
+        c.eq("result values", cur.fetchone(), (1, 3000000000, 3, 5, Decimal("1.6666666666666667")))
+
+with c.step("numeric round trip of 38 significant digits", "SELECT %s::numeric"):
+    from decimal import Decimal
+    # 38 digits, 10 of them fractional: what Sundial's unconstrained numeric holds
+    # (README, "numeric"); text and binary parameters are decoded exactly.
+    big = Decimal("-1234567890123456789012345678.0123456789")
+    c.eq("38-digit numeric parameter comes back whole",
+         conn.execute("SELECT %s::numeric", (big,)).fetchone()[0], big)
+    with conn.cursor(binary=True) as cur:
+        c.eq("38-digit numeric, binary both ways",
+             cur.execute("SELECT %s::numeric", (big,)).fetchone()[0], big)
+    # A value that does not fit is an error, never other digits.
+    if not PLAIN_PG:
+        try:
+            conn.execute("SELECT %s::numeric", (Decimal("1" * 30 + ".5"),))
+            c.eq("30 integer digits rejected", "no error", "22003")
+        except psycopg.errors.NumericValueOutOfRange:
+            pass
 
 conn.close()
 

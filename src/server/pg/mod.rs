@@ -2,6 +2,8 @@
 //! database check, simple and extended query, cancel requests, and encoding of
 //! Arrow results in text or binary per column.
 
+mod params;
+
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::pin::Pin;
@@ -843,8 +845,7 @@ impl ExtendedQueryHandler for Handler {
                     ),
                 )));
             }
-            let refs: Vec<Option<&DataType>> = types.iter().map(|t| t.as_ref()).collect();
-            let values = arrow_pg::datatypes::df::deserialize_parameters(portal, &refs)?;
+            let values = params::decode(portal, &types)?;
             Some(coerce_params(values, &types).map_err(to_pg)?)
         };
         let started = std::time::Instant::now();
