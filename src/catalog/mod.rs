@@ -40,11 +40,30 @@ pub struct Manifest {
     pub databases: BTreeMap<String, DatabaseDef>,
 }
 
-/// One database: a namespace of tables.
+/// One database: a namespace of tables and views.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DatabaseDef {
     pub id: u64,
     pub tables: BTreeMap<String, Arc<TableDef>>,
+    /// Plain views (`CREATE VIEW`), planned afresh by each query that reads them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub views: BTreeMap<String, ViewDef>,
+}
+
+/// A plain view: its query as (normalized) SQL text and its column names.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ViewDef {
+    /// Assigned by the catalog when the view is first created.
+    #[serde(default)]
+    pub id: u64,
+    pub name: String,
+    /// The defining query, as Sundial's SQL front door normalized it.
+    pub sql: String,
+    /// Column names: `CREATE VIEW v (a, b)`, else the query's own names.
+    pub columns: Vec<String>,
+    /// PostgreSQL type oids of the columns when the view was defined (`pg_attribute`).
+    #[serde(default)]
+    pub column_types: Vec<i32>,
 }
 
 /// One table; a hypertable when it has a time column and chunk interval.
@@ -227,6 +246,7 @@ impl Manifest {
                 DatabaseDef {
                     id,
                     tables: BTreeMap::new(),
+                    views: BTreeMap::new(),
                 },
             );
         }

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use super::{Catalog, ColumnDef, DatabaseDef, FileMeta, Manifest, Retention, SqlType, TableDef};
+use super::{
+    Catalog, ColumnDef, DatabaseDef, FileMeta, Manifest, Retention, SqlType, TableDef, ViewDef,
+};
 use crate::error::{Error, Result};
 
 /// Prefix of the name a table dropped in an open transaction block goes by until
@@ -85,6 +87,14 @@ fn table_mut<'a>(m: &'a mut Manifest, db: &str, table: &str) -> Result<&'a mut A
         .ok_or_else(|| Error::UndefinedTable(table.to_string()))
 }
 
+/// PostgreSQL's 42809 for DROP TABLE on a view and the reverse.
+fn wrong_kind(name: &str, kind: &str, hint: &str) -> Error {
+    Error::sql(
+        "42809",
+        format!("\"{name}\" is not {kind}; use {hint} to remove it"),
+    )
+}
+
 fn not_hypertable(name: &str) -> Error {
     Error::sql("TS102", format!("table \"{name}\" is not a hypertable"))
 }
@@ -105,6 +115,7 @@ impl Catalog {
                 DatabaseDef {
                     id,
                     tables: Default::default(),
+                    views: Default::default(),
                 },
             );
             Ok(true)
@@ -125,7 +136,7 @@ impl Catalog {
         self.update(|m| {
             let id = m.alloc_id();
             let d = m.database_mut(db)?;
-            if d.tables.contains_key(&table.name) {
+            if d.tables.contains_key(&table.name) || d.views.contains_key(&table.name) {
                 if if_not_exists {
                     return Ok(false);
                 }
@@ -144,10 +155,53 @@ impl Catalog {
         name: &str,
         if_exists: bool,
     ) -> Result<Option<Arc<TableDef>>> {
-        self.update(|m| match m.database_mut(db)?.tables.remove(name) {
-            Some(t) => Ok(Some(t)),
-            None if if_exists => Ok(None),
-            None => Err(Error::UndefinedTable(name.to_string())),
+        self.update(|m| {
+            let d = m.database_mut(db)?;
+            if d.views.contains_key(name) {
+                return Err(wrong_kind(name, "a table", "DROP VIEW"));
+            }
+            match d.tables.remove(name) {
+                Some(t) => Ok(Some(t)),
+                None if if_exists => Ok(None),
+                None => Err(Error::UndefinedTable(name.to_string())),
+            }
+        })
+    }
+
+    /// Creates (or with `or_replace`, redefines) a view.
+    pub fn create_view(&self, db: &str, mut view: ViewDef, or_replace: bool) -> Result<()> {
+        self.update(|m| {
+            let fresh = m.alloc_id();
+            let d = m.database_mut(db)?;
+            view.id = d.views.get(&view.name).map_or(fresh, |old| old.id);
+            if d.tables.contains_key(&view.name) && or_replace {
+                return Err(wrong_kind(&view.name, "a view", "DROP TABLE"));
+            }
+            if d.tables.contains_key(&view.name)
+                || (d.views.contains_key(&view.name) && !or_replace)
+            {
+                return Err(Error::DuplicateTable(view.name));
+            }
+            d.views.insert(view.name.clone(), view);
+            Ok(())
+        })
+    }
+
+    /// Removes a view; `Ok(false)` when it is absent and `if_exists`.
+    pub fn drop_view(&self, db: &str, name: &str, if_exists: bool) -> Result<bool> {
+        self.update(|m| {
+            let d = m.database_mut(db)?;
+            if d.tables.contains_key(name) {
+                return Err(wrong_kind(name, "a view", "DROP TABLE"));
+            }
+            match d.views.remove(name) {
+                Some(_) => Ok(true),
+                None if if_exists => Ok(false),
+                None => Err(Error::sql(
+                    "42P01",
+                    format!("view \"{name}\" does not exist"),
+                )),
+            }
         })
     }
 

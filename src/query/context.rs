@@ -27,6 +27,15 @@ pub struct PgParts {
     pub first_rules: Vec<Arc<dyn AnalyzerRule + Send + Sync>>,
     /// The session's transaction: its scans show, and its INSERTs add to, these.
     pub staging: Arc<crate::engine::tx::Staging>,
+    /// Plans the database's views when a query names one.
+    pub views: Arc<dyn ViewSource>,
+}
+
+/// Turns a view's stored definition into a table provider (the SQL layer plans it).
+#[async_trait]
+pub trait ViewSource: std::fmt::Debug + Send + Sync {
+    /// The view `name` of the database, planned; `None` when there is none.
+    async fn view(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>>;
 }
 
 /// Builds the DataFusion context of one connection to database `db`.
@@ -97,6 +106,7 @@ impl CatalogProvider for DbCatalog {
                 engine: self.engine.clone(),
                 db: self.db.clone(),
                 pg_catalog: self.pg.pg_catalog.clone(),
+                views: self.pg.views.clone(),
             })),
             system::INFO_SCHEMA => Some(Arc::new(system::InfoSchema::new(
                 self.engine.clone(),
@@ -109,7 +119,7 @@ impl CatalogProvider for DbCatalog {
     }
 }
 
-/// The `public` schema: the database's tables plus `sundial_chunk_files`.
+/// The `public` schema: the database's tables and views plus `sundial_chunk_files`.
 ///
 /// It also finds the `pg_catalog` relations when no table has the name, for names
 /// the SQL front door did not qualify. (That front door qualifies unqualified catalog
@@ -121,6 +131,7 @@ struct PublicSchema {
     engine: Arc<Engine>,
     db: String,
     pg_catalog: Arc<dyn SchemaProvider>,
+    views: Arc<dyn ViewSource>,
 }
 
 #[async_trait]
@@ -129,7 +140,7 @@ impl SchemaProvider for PublicSchema {
         let m = self.engine.catalog().snapshot();
         let mut names: Vec<String> = m
             .database(&self.db)
-            .map(|d| d.tables.keys().cloned().collect())
+            .map(|d| d.tables.keys().chain(d.views.keys()).cloned().collect())
             .unwrap_or_default();
         names.push(system::CHUNK_FILES.into());
         names
@@ -146,6 +157,9 @@ impl SchemaProvider for PublicSchema {
                 self.db.clone(),
             )));
         }
+        if let Some(v) = self.views.view(name).await? {
+            return Ok(Some(v));
+        }
         self.pg_catalog.table(name).await
     }
 
@@ -156,7 +170,7 @@ impl SchemaProvider for PublicSchema {
                 .engine
                 .catalog()
                 .snapshot()
-                .table(&self.db, name)
-                .is_ok()
+                .database(&self.db)
+                .is_ok_and(|d| d.tables.contains_key(name) || d.views.contains_key(name))
     }
 }

@@ -1,6 +1,7 @@
 //! DDL and management functions: CREATE/DROP DATABASE, CREATE/DROP/ALTER TABLE
 //! (with TimescaleDB hypertable options), `create_hypertable(...)` in its legacy
-//! and `by_range` forms, `sundial_flush()` and `sundial_compact()`.
+//! and `by_range` forms, CREATE/DROP VIEW (`views`), `sundial_flush()` and
+//! `sundial_compact()`.
 
 use std::sync::Arc;
 
@@ -31,12 +32,15 @@ pub fn handles(stmt: &Statement) -> bool {
             true
         }
         Statement::Drop { object_type, .. } => {
-            matches!(object_type, ObjectType::Table | ObjectType::Database)
+            matches!(
+                object_type,
+                ObjectType::Table | ObjectType::Database | ObjectType::View
+            )
         }
         Statement::Query(_) => management_call(stmt).is_some(),
         Statement::Delete(_) | Statement::Truncate(_) => true,
         Statement::Call(f) => f.name.to_string().eq_ignore_ascii_case("run_job"),
-        _ => false,
+        other => super::views::handles(other),
     }
 }
 
@@ -121,10 +125,21 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             object_type: ObjectType::Table,
             if_exists,
             names,
+            cascade,
             ..
         } => {
             for n in names {
                 let name = args::table_name(n)?;
+                let is_table = s.engine.catalog().snapshot().table(&s.db, &name).is_ok();
+                if is_table {
+                    if s.staging.in_block() && *cascade && super::views::dependents_exist(s, &name)?
+                    {
+                        return Err(Error::NotSupported(format!(
+                            "DROP TABLE {name} CASCADE inside a transaction block: views depend on it"
+                        )));
+                    }
+                    super::views::release(s, &name, "table", *cascade)?;
+                }
                 if s.staging.in_block() {
                     s.drop_table_in_block(&name, *if_exists).await?;
                 } else {
@@ -134,6 +149,14 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             Ok(Output::Command("DROP TABLE".into()))
         }
         Statement::AlterTable(at) => alter_table(s, at),
+        Statement::CreateView(cv) => super::views::create(s, cv).await,
+        Statement::Drop {
+            object_type: ObjectType::View,
+            if_exists,
+            names,
+            cascade,
+            ..
+        } => super::views::drop(s, names, *if_exists, *cascade),
         Statement::Delete(d) => super::chunks::delete(s, d).await,
         Statement::Truncate(t) => {
             let names: Vec<ast::ObjectName> =

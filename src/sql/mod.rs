@@ -17,6 +17,7 @@ pub mod plan_cache;
 pub mod prepass;
 pub mod session;
 pub mod tx;
+pub mod views;
 
 use std::sync::Arc;
 
@@ -707,6 +708,7 @@ impl Session {
         engine.catalog().snapshot().database(db)?;
         let settings = session::default_settings(db, user);
         let staging = Arc::new(crate::engine::tx::Staging::default());
+        let views = Arc::new(views::ViewPlanner::new(engine.clone(), db));
         let cat = Arc::new(pg_catalog::CatalogCtx {
             engine: engine.clone(),
             db: db.to_string(),
@@ -719,8 +721,10 @@ impl Session {
             )),
             first_rules: functions::pgcoerce::first_rules(),
             staging: staging.clone(),
+            views: views.clone(),
         };
         let ctx = crate::query::context::new_context(&engine, db, pg);
+        views.attach(ctx.state_weak_ref());
         functions::register(&ctx, db, pid, settings.clone());
         ctx.add_analyzer_rule(lateral::rule());
         chunks::register(&ctx, &engine, db);

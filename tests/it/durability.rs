@@ -622,3 +622,37 @@ async fn sigterm_flushes_memtables_to_parquet() {
         );
     }
 }
+
+// A view is part of the catalog: it is there after a kill -9 and answers with the
+// rows written before and after.
+#[tokio::test]
+async fn views_survive_kill9() {
+    let mut server = TestServer::start();
+    {
+        let client = server.connect("sundial").await;
+        client
+            .batch_execute(
+                "CREATE TABLE vk (time timestamptz NOT NULL, dev text, val float8) \
+                 WITH (tsdb.hypertable, tsdb.partition_column='time'); \
+                 INSERT INTO vk VALUES ('2024-01-01 00:00:00+00', 'a', 1), ('2024-01-01 00:01:00+00', 'b', 2); \
+                 CREATE VIEW vk_sum (dev, total) AS SELECT dev, sum(val) FROM vk GROUP BY dev",
+            )
+            .await
+            .expect("create the view");
+    }
+    server.kill9();
+    server.restart();
+    let client = server.connect("sundial").await;
+    client
+        .batch_execute("INSERT INTO vk VALUES ('2024-01-02 00:00:00+00', 'a', 10)")
+        .await
+        .expect("insert after restart");
+    let rows = text_rows(&client, "SELECT dev, total FROM vk_sum ORDER BY dev").await;
+    assert_eq!(
+        rows,
+        vec![
+            vec![Some("a".to_string()), Some("11".to_string())],
+            vec![Some("b".to_string()), Some("2".to_string())],
+        ]
+    );
+}

@@ -554,6 +554,29 @@ pub fn relations(ctx: &CatalogCtx) -> Vec<Rel> {
                 .collect(),
         });
     }
+    let snapshot = ctx.engine.catalog().snapshot();
+    if let Ok(d) = snapshot.database(&ctx.db) {
+        for v in d.views.values() {
+            out.push(Rel {
+                oid: table_oid(v.id),
+                name: v.name.clone(),
+                ns: NS_PUBLIC,
+                kind: b'v',
+                atts: v
+                    .columns
+                    .iter()
+                    .zip(&v.column_types)
+                    .map(|(name, &type_oid)| Att {
+                        name: name.clone(),
+                        type_oid,
+                        typmod: -1,
+                        notnull: false,
+                        default: None,
+                    })
+                    .collect(),
+            });
+        }
+    }
     let chunk_files = crate::query::system::chunk_files(ctx.engine.clone(), ctx.db.clone());
     out.push(rel_of_schema(
         CHUNK_FILES_OID,
