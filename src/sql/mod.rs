@@ -913,6 +913,34 @@ impl Session {
     }
 
     /// Runs one step of the simple-protocol query text `sql` (see [`Session::steps`]).
+    /// Whether `steps` (one simple-protocol Query message) run as one implicit
+    /// transaction: outside a block, two or more statements of which some write, all
+    /// of them INSERT, DELETE, TRUNCATE or plain queries. (DDL, COPY, management
+    /// calls and transaction statements keep running one by one, each on its own.)
+    pub fn implicit_transaction(&self, steps: &[Step]) -> bool {
+        if steps.len() < 2 || self.staging.in_block() {
+            return false;
+        }
+        let mut writes = false;
+        for step in steps {
+            match step {
+                Step::Statement(
+                    st @ (Statement::Insert(_) | Statement::Delete(_) | Statement::Truncate(_)),
+                ) => {
+                    if let Statement::Insert(i) = st
+                        && i.source.is_none()
+                    {
+                        return false;
+                    }
+                    writes = true;
+                }
+                Step::Statement(st @ Statement::Query(_)) if !is_native(st) => {}
+                _ => return false,
+            }
+        }
+        writes
+    }
+
     pub async fn run_step(&self, sql: &str, step: Step) -> Result<Output> {
         match &step {
             Step::Statement(stmt) | Step::WholeQuery(stmt) => self.check_not_aborted(Some(stmt))?,

@@ -89,6 +89,30 @@ impl Session {
         Ok(())
     }
 
+    /// Opens the implicit transaction of a simple-protocol Query message that holds
+    /// several writes (PostgreSQL runs such a message as one transaction).
+    pub fn begin_implicit(&self) {
+        self.staging.begin();
+        *self.tx.lock() = TxState::default();
+    }
+
+    /// Ends the implicit transaction: commits it when every statement succeeded,
+    /// else discards it (an error rolls back the statements before it).
+    pub async fn end_implicit(&self, ok: bool) -> Result<()> {
+        let out = if ok {
+            let out = self.commit().await;
+            if out.is_err() {
+                self.discard().await;
+            }
+            out
+        } else {
+            self.discard().await;
+            Ok(())
+        };
+        self.cursors.end_of_block().await;
+        out
+    }
+
     /// Writes rows now, or stages them inside a transaction block.
     pub async fn write_rows(&self, table: &Arc<TableDef>, batch: RecordBatch) -> Result<u64> {
         if self.staging.in_block() {

@@ -247,3 +247,45 @@ async fn delete_takes_typed_parameters() {
     let ids = text_rows(&c, "SELECT id FROM a").await;
     assert_eq!(ids, vec![vec![Some("2".into())]]);
 }
+
+// Several writes in one simple-protocol Query message are one implicit transaction,
+// as in PostgreSQL: an error in a later statement, even one raised while its rows
+// are read, rolls back the writes before it; success commits them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_statements_in_one_query_are_one_transaction() {
+    let server = TestServer::start();
+    let c = server.connect("sundial").await;
+    setup(&c).await;
+    let e = c
+        .batch_execute(
+            "INSERT INTO a VALUES ('2024-01-03 00:00:00+00', 3, 3.0); \
+             DELETE FROM a WHERE id = 1; \
+             SELECT 1 / (id - 3) FROM a",
+        )
+        .await
+        .expect_err("the division by zero fails the message");
+    assert_eq!(sqlstate(&e), "22012");
+    assert_eq!(count(&c, "a").await, 2, "insert and delete rolled back");
+    let e = c
+        .batch_execute(
+            "INSERT INTO b VALUES ('2024-01-03 00:00:00+00', 3, 3.0); \
+             INSERT INTO b VALUES ('2024-01-03 00:00:00+00', 'x', 3.0)",
+        )
+        .await
+        .expect_err("the second insert fails");
+    assert_eq!(sqlstate(&e), "22P02");
+    assert_eq!(count(&c, "b").await, 0, "the first insert rolled back");
+    // The session is not left in a failed block.
+    c.batch_execute(
+        "INSERT INTO b VALUES ('2024-01-04 00:00:00+00', 4, 4.0); \
+         DELETE FROM a WHERE id = 2; \
+         SELECT count(*) FROM b",
+    )
+    .await
+    .expect("a message that succeeds");
+    assert_eq!(count(&c, "b").await, 1);
+    assert_eq!(count(&c, "a").await, 1);
+    // Another session sees the committed result.
+    let other = server.connect("sundial").await;
+    assert_eq!(count(&other, "b").await, 1);
+}

@@ -471,7 +471,12 @@ impl SimpleQueryHandler for Handler {
         if steps.is_empty() {
             return Ok(vec![Response::EmptyQuery]);
         }
+        let implicit = c.session.implicit_transaction(&steps);
+        if implicit {
+            c.session.begin_implicit();
+        }
         let mut out = vec![];
+        let mut ok = true;
         for step in steps {
             let started = std::time::Instant::now();
             let res = std::panic::AssertUnwindSafe(c.session.run_step(query, step))
@@ -480,15 +485,41 @@ impl SimpleQueryHandler for Handler {
                 .unwrap_or_else(|_| {
                     Err(Error::Internal("the statement failed unexpectedly".into()))
                 });
+            // Inside the implicit transaction a query's rows are read now: an error
+            // in them (a division by zero) must roll back the statements before it.
+            let res = match res {
+                Ok(sql::Output::Rows(schema, stream)) if implicit => {
+                    use futures::TryStreamExt;
+                    stream
+                        .try_collect::<Vec<_>>()
+                        .await
+                        .map_err(Error::from)
+                        .map(|batches| {
+                            let again =
+                                datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                                    schema.clone(),
+                                    futures::stream::iter(batches.into_iter().map(Ok)),
+                                );
+                            sql::Output::Rows(schema, Box::pin(again))
+                        })
+                }
+                other => other,
+            };
             metrics.sql_query(started.elapsed(), res.is_err());
             match res {
                 Ok(o) => out.push(to_response(&c, o, &Format::UnifiedText)?),
                 Err(e) => {
-                    c.session.note_error();
+                    ok = false;
+                    if !implicit {
+                        c.session.note_error();
+                    }
                     out.push(Response::Error(Box::new(err_info(e))));
                     break;
                 }
             }
+        }
+        if implicit && let Err(e) = c.session.end_implicit(ok).await {
+            out.push(Response::Error(Box::new(err_info(e))));
         }
         report_changes(client, &c, &before).await?;
         let _ = client.flush().await;
