@@ -1055,27 +1055,109 @@ fn infer_placeholders(
     plan: LogicalPlan,
     declared: &[Option<arrow::datatypes::DataType>],
 ) -> Result<LogicalPlan> {
+    use arrow::datatypes::DataType;
+    use datafusion::common::ScalarValue;
     use datafusion::common::tree_node::{Transformed, TreeNode};
-    use datafusion::logical_expr::Expr;
-    use datafusion::logical_expr::expr::{Cast, Placeholder};
-    let field = |dt: &arrow::datatypes::DataType| {
-        Some(Arc::new(arrow::datatypes::Field::new("", dt.clone(), true)))
-    };
-    let declared_for = |id: &str| -> Option<arrow::datatypes::DataType> {
+    use datafusion::logical_expr::expr::{BinaryExpr, Cast, Placeholder};
+    use datafusion::logical_expr::{Expr, ExprSchemable};
+    let field = |dt: &DataType| Some(Arc::new(arrow::datatypes::Field::new("", dt.clone(), true)));
+    let declared_for = |id: &str| -> Option<DataType> {
         let i: usize = id.trim_start_matches('$').parse().ok()?;
         declared.get(i.checked_sub(1)?).cloned().flatten()
     };
+    let untyped = |e: &Expr| matches!(e, Expr::Placeholder(Placeholder { field: None, .. }));
+    let typed = |e: Expr, dt: &DataType| match e {
+        Expr::Placeholder(Placeholder { id, .. }) => Expr::Placeholder(Placeholder {
+            id,
+            field: field(dt),
+        }),
+        other => other,
+    };
+    // An int4 literal (DataFusion's planner saw int8) beside a placeholder it typed.
+    let int4_literal = |e: &Expr| matches!(e, Expr::Literal(ScalarValue::Int64(Some(v)), _) if i32::try_from(*v).is_ok());
+    let int8_placeholder = |e: &Expr| {
+        matches!(e, Expr::Placeholder(Placeholder { field: Some(f), .. })
+            if f.data_type() == &DataType::Int64)
+    };
     let out = plan.transform_up_with_subqueries(|node| {
-        node.map_expressions(|e| {
-            e.transform_up(|e| {
+        let mut schema = datafusion::common::DFSchema::empty();
+        for input in node.inputs() {
+            schema.merge(input.schema());
+        }
+        let sibling_type = |args: &[Expr]| -> Option<DataType> {
+            args.iter().filter(|a| !untyped(a)).find_map(|a| {
+                if int4_literal(a) {
+                    return Some(DataType::Int32);
+                }
+                a.get_type(&schema).ok().filter(|t| !t.is_null())
+            })
+        };
+        let is_projection = matches!(node, LogicalPlan::Projection(_));
+        let node = node.map_expressions(|e| {
+            let e = e.transform_up(|e| {
                 Ok(match e {
-                    Expr::Placeholder(Placeholder { id, field: None }) => match declared_for(&id) {
-                        Some(dt) => Transformed::yes(Expr::Placeholder(Placeholder {
-                            field: field(&dt),
-                            id,
-                        })),
-                        None => Transformed::no(Expr::Placeholder(Placeholder { id, field: None })),
+                    Expr::Placeholder(Placeholder { id, field: f }) => match declared_for(&id) {
+                        // The client's int2/int4 wins over the int8 DataFusion guessed.
+                        Some(dt @ (DataType::Int16 | DataType::Int32))
+                            if f.as_ref()
+                                .is_some_and(|f| f.data_type() == &DataType::Int64) =>
+                        {
+                            Transformed::yes(Expr::Placeholder(Placeholder {
+                                field: field(&dt),
+                                id,
+                            }))
+                        }
+                        Some(dt) if f.is_none() => {
+                            Transformed::yes(Expr::Placeholder(Placeholder {
+                                field: field(&dt),
+                                id,
+                            }))
+                        }
+                        _ => Transformed::no(Expr::Placeholder(Placeholder { id, field: f })),
                     },
+                    // `$1 + 1`: PostgreSQL types $1 as int4 from the int4 literal.
+                    Expr::BinaryExpr(BinaryExpr { left, op, right })
+                        if (int8_placeholder(&left) && int4_literal(&right))
+                            || (int4_literal(&left) && int8_placeholder(&right)) =>
+                    {
+                        let fix = |e: Box<Expr>| -> Box<Expr> {
+                            match *e {
+                                Expr::Placeholder(Placeholder { id, field: _ })
+                                    if declared_for(&id).is_none() =>
+                                {
+                                    Box::new(Expr::Placeholder(Placeholder {
+                                        id,
+                                        field: field(&DataType::Int32),
+                                    }))
+                                }
+                                other => Box::new(other),
+                            }
+                        };
+                        Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+                            fix(left),
+                            op,
+                            fix(right),
+                        )))
+                    }
+                    // `coalesce($1, 5)`: an untyped placeholder takes its siblings' type.
+                    Expr::ScalarFunction(mut f)
+                        if matches!(
+                            f.func.name(),
+                            "coalesce" | "nullif" | "greatest" | "least"
+                        ) && f.args.iter().any(untyped) =>
+                    {
+                        match sibling_type(&f.args) {
+                            Some(dt) => {
+                                f.args = f
+                                    .args
+                                    .into_iter()
+                                    .map(|a| if untyped(&a) { typed(a, &dt) } else { a })
+                                    .collect();
+                                Transformed::yes(Expr::ScalarFunction(f))
+                            }
+                            None => Transformed::no(Expr::ScalarFunction(f)),
+                        }
+                    }
                     Expr::Cast(Cast {
                         expr,
                         field: target,
@@ -1097,8 +1179,33 @@ fn infer_placeholders(
                     },
                     other => Transformed::no(other),
                 })
-            })
-        })
+            })?;
+            // `SELECT $1`: a placeholder nothing types is text, as in PostgreSQL.
+            if is_projection {
+                e.transform_data(|e| {
+                    Ok(match e {
+                        Expr::Placeholder(Placeholder { id, field: None }) => {
+                            Transformed::yes(Expr::Placeholder(Placeholder {
+                                id,
+                                field: field(&DataType::Utf8),
+                            }))
+                        }
+                        Expr::Alias(mut a) if untyped(&a.expr) => {
+                            a.expr = Box::new(typed(*a.expr, &DataType::Utf8));
+                            Transformed::yes(Expr::Alias(a))
+                        }
+                        other => Transformed::no(other),
+                    })
+                })
+            } else {
+                Ok(e)
+            }
+        })?;
+        if node.transformed {
+            node.map_data(|p| p.recompute_schema())
+        } else {
+            Ok(node)
+        }
     })?;
     Ok(out.data)
 }

@@ -77,6 +77,24 @@ with c.step("result column types (int4 literal, int8 count and sum, numeric avg)
         c.eq("result type OIDs", [d.type_code for d in cur.description], [23, 20, 20, 20, 1700])
         c.eq("result values", cur.fetchone(), (1, 3000000000, 3, 5, Decimal("1.6666666666666667")))
 
+# Parameters the client sends untyped (None, str) or typed (int2 for a small int,
+# numeric for Decimal) get PostgreSQL's types: the result OIDs below are
+# PostgreSQL 15's.
+with c.step("parameter types as PostgreSQL infers them", "SELECT %s"):
+    from decimal import Decimal
+    cases = [
+        ("SELECT %s", (None,), (None,), [25]),
+        ("SELECT %s", ("abc",), ("abc",), [25]),
+        ("SELECT %s, %s", (None, 2.5), (None, 2.5), [25, 701]),
+        ("SELECT %s + 1", (2,), (3,), [23]),
+        ("SELECT %s", (Decimal("1.25"),), (Decimal("1.25"),), [1700]),
+        ("SELECT coalesce(%s, 5)", (None,), (5,), [23]),
+    ]
+    for q, params, want, oids in cases:
+        cur = conn.execute(q, params)
+        c.eq(f"{q} {params!r} value", cur.fetchone(), want)
+        c.eq(f"{q} {params!r} type OIDs", [d.type_code for d in cur.description], oids)
+
 with c.step("numeric round trip of 38 significant digits", "SELECT %s::numeric"):
     from decimal import Decimal
     # 38 digits, 10 of them fractional: what Sundial's unconstrained numeric holds

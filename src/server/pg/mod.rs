@@ -555,6 +555,7 @@ fn pg_to_arrow(t: &Type) -> Option<DataType> {
         Type::INT8 => DataType::Int64,
         Type::FLOAT4 => DataType::Float32,
         Type::FLOAT8 => DataType::Float64,
+        Type::NUMERIC => DataType::Decimal128(38, crate::catalog::ANY_NUMERIC_SCALE),
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => DataType::Utf8,
         Type::BYTEA => DataType::Binary,
         Type::DATE => DataType::Date32,

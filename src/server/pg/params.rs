@@ -2,7 +2,8 @@
 //! `rust_decimal` (28 digits, silent wrong digits when a value is rescaled past
 //! that); Sundial reads the text and binary forms itself into the plan's decimal
 //! type, rounding half away from zero as PostgreSQL does, and answers 22003 when
-//! the value does not fit.
+//! the value does not fit. A NULL parameter nothing types is kept in its place
+//! (arrow-pg drops it, shifting the ones after it).
 
 use arrow::datatypes::DataType;
 use datafusion::common::ParamValues;
@@ -15,28 +16,45 @@ use pgwire::error::PgWireResult;
 
 use crate::error::{Error, Result};
 
+/// How a parameter is decoded when arrow-pg cannot be left to it.
+enum Own {
+    /// A `numeric` into this decimal type.
+    Numeric(u8, i8),
+    /// A NULL nothing types (psycopg's `None`): arrow-pg would drop it from the list.
+    UntypedNull,
+}
+
 /// The portal's parameters as DataFusion values for the plan's `types`.
 pub fn decode<S: Clone>(
     portal: &Portal<S>,
     types: &[Option<DataType>],
 ) -> PgWireResult<ParamValues> {
-    let numeric: Vec<(usize, u8, i8)> = (0..portal.parameter_len())
+    let own: Vec<(usize, Own)> = (0..portal.parameter_len())
         .filter_map(|i| {
             let hint = portal.statement.parameter_types.get(i).cloned().flatten();
+            let hint = hint.filter(|h| *h != Type::UNKNOWN);
             match (hint, types.get(i).cloned().flatten()) {
-                (None | Some(Type::NUMERIC), Some(DataType::Decimal128(p, s))) => Some((i, p, s)),
+                (None | Some(Type::NUMERIC), Some(DataType::Decimal128(p, s))) => {
+                    Some((i, Own::Numeric(p, s)))
+                }
+                (None, None) if portal.parameters.get(i).is_some_and(Option::is_none) => {
+                    Some((i, Own::UntypedNull))
+                }
                 _ => None,
             }
         })
         .collect();
     let refs: Vec<Option<&DataType>> = types.iter().map(|t| t.as_ref()).collect();
-    if numeric.is_empty() {
+    if own.is_empty() {
         return arrow_pg::datatypes::df::deserialize_parameters(portal, &refs);
     }
-    // Everything else through arrow-pg, with the numeric values blanked out.
+    // Everything else through arrow-pg, with these values stood in for.
     let mut parameters = portal.parameters.clone();
-    for &(i, _, _) in &numeric {
-        parameters[i] = None;
+    for (i, how) in &own {
+        parameters[*i] = match how {
+            Own::Numeric(..) => None,
+            Own::UntypedNull => Some(bytes::Bytes::new()),
+        };
     }
     let mut blanked = Portal::new_cursor(portal.name.clone(), portal.statement.clone());
     blanked.parameter_format = portal.parameter_format.clone();
@@ -46,22 +64,30 @@ pub fn decode<S: Clone>(
     else {
         return arrow_pg::datatypes::df::deserialize_parameters(portal, &refs);
     };
-    for (i, p, s) in numeric {
-        let value = match &portal.parameters[i] {
-            None => None,
-            Some(bytes) => {
-                let text = if portal.parameter_format.format_for(i) == FieldFormat::Binary {
-                    binary_text(bytes)
-                } else {
-                    std::str::from_utf8(bytes)
-                        .map(str::to_string)
-                        .map_err(|_| Error::sql("22P02", "numeric parameter is not UTF-8"))
+    for (i, how) in own {
+        let value = match how {
+            Own::UntypedNull => ScalarValue::Utf8(None),
+            Own::Numeric(p, s) => {
+                let value = match &portal.parameters[i] {
+                    None => None,
+                    Some(bytes) => {
+                        let text = if portal.parameter_format.format_for(i) == FieldFormat::Binary {
+                            binary_text(bytes)
+                        } else {
+                            std::str::from_utf8(bytes)
+                                .map(str::to_string)
+                                .map_err(|_| Error::sql("22P02", "numeric parameter is not UTF-8"))
+                        };
+                        let text = text.map_err(super::to_pg)?;
+                        Some(scaled(&text, p, s).map_err(super::to_pg)?)
+                    }
                 };
-                let text = text.map_err(super::to_pg)?;
-                Some(scaled(&text, p, s).map_err(super::to_pg)?)
+                ScalarValue::Decimal128(value, p, s)
             }
         };
-        list[i] = ScalarAndMetadata::from(ScalarValue::Decimal128(value, p, s));
+        if let Some(slot) = list.get_mut(i) {
+            *slot = ScalarAndMetadata::from(value);
+        }
     }
     Ok(ParamValues::List(list))
 }
