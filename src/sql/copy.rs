@@ -1,7 +1,8 @@
 //! `COPY`: `COPY t [(cols)] FROM STDIN` in PostgreSQL's text and CSV formats, parsed
 //! as data arrives into Arrow columns and written through the normal write path as
 //! one batch when the client ends the copy (all rows or none), and
-//! `COPY t | (query) TO STDOUT` in the same formats.
+//! `COPY t | (query) TO STDOUT` in the same formats; `FORMAT BINARY` both ways
+//! through `copy_binary`.
 
 use std::sync::Arc;
 
@@ -27,6 +28,8 @@ const ROWS_PER_BATCH: usize = 65_536;
 #[derive(Debug, Clone)]
 pub struct CopyFormat {
     pub csv: bool,
+    /// `FORMAT BINARY`: PostgreSQL's binary tuples (`copy_binary`).
+    pub binary: bool,
     pub delimiter: u8,
     pub null: String,
     pub quote: u8,
@@ -38,6 +41,7 @@ impl CopyFormat {
     fn new(csv: bool) -> CopyFormat {
         CopyFormat {
             csv,
+            binary: false,
             delimiter: if csv { b',' } else { b'\t' },
             null: if csv { String::new() } else { "\\N".into() },
             quote: b'"',
@@ -74,7 +78,7 @@ fn format_of(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Copy
         match o {
             CopyOption::Format(name) => match name.value.to_ascii_lowercase().as_str() {
                 "csv" | "text" => {}
-                "binary" => return Err(Error::NotSupported("COPY in binary format".into())),
+                "binary" => f.binary = true,
                 other => {
                     return Err(Error::sql(
                         "22023",
@@ -95,9 +99,7 @@ fn format_of(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Copy
     }
     for o in legacy {
         match o {
-            CopyLegacyOption::Binary => {
-                return Err(Error::NotSupported("COPY in binary format".into()));
-            }
+            CopyLegacyOption::Binary => f.binary = true,
             CopyLegacyOption::Delimiter(c) => f.delimiter = one_byte(*c, "delimiter")?,
             CopyLegacyOption::Null(n) => f.null = n.clone(),
             CopyLegacyOption::Header => f.header = true,
@@ -115,6 +117,18 @@ fn format_of(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Copy
         }
     }
     f.escape = escape.unwrap_or(f.quote);
+    let textual = !options
+        .iter()
+        .all(|o| matches!(o, CopyOption::Format(_) | CopyOption::Freeze(_)))
+        || legacy
+            .iter()
+            .any(|o| !matches!(o, CopyLegacyOption::Binary));
+    if f.binary && (f.csv || textual) {
+        return Err(Error::sql(
+            "42601",
+            "cannot specify DELIMITER, NULL, HEADER, QUOTE, ESCAPE or CSV in BINARY mode",
+        ));
+    }
     if f.header && !f.csv {
         return Err(Error::sql(
             "0A000",
@@ -186,6 +200,19 @@ pub async fn start(s: &Session, stmt: &Statement) -> Result<Output> {
                     })
                     .collect::<Result<Vec<_>>>()?
             };
+            if format.binary {
+                let schema = table.schema();
+                for &i in &targets {
+                    let dt = schema.field(i).data_type();
+                    if !super::copy_binary::supported(dt) {
+                        return Err(Error::NotSupported(format!(
+                            "binary COPY of column \"{}\" ({})",
+                            table.columns[i].name,
+                            table.columns[i].sql_type.pg_name()
+                        )));
+                    }
+                }
+            }
             let tz = s.settings.read().get("timezone").cloned();
             Ok(Output::CopyIn(Box::new(CopyIn::new(
                 table, targets, format, tz,
@@ -212,8 +239,27 @@ pub async fn start(s: &Session, stmt: &Statement) -> Result<Output> {
             };
             let mut outs = Box::pin(s.run_sql(&sql)).await?;
             match outs.pop() {
+                Some(Output::Rows(schema, stream)) if format.binary => {
+                    if let Some(f) = schema
+                        .fields()
+                        .iter()
+                        .find(|f| !super::copy_binary::supported(f.data_type()))
+                    {
+                        return Err(Error::NotSupported(format!(
+                            "binary COPY of column \"{}\" ({})",
+                            f.name(),
+                            f.data_type()
+                        )));
+                    }
+                    Ok(Output::CopyOut(
+                        schema.fields().len(),
+                        true,
+                        binary_out_stream(stream),
+                    ))
+                }
                 Some(Output::Rows(schema, stream)) => Ok(Output::CopyOut(
                     schema.fields().len(),
+                    false,
                     copy_out_stream(schema, stream, format),
                 )),
                 _ => Err(Error::sql("42601", "COPY query must return rows")),
@@ -245,6 +291,8 @@ pub struct CopyIn {
     header_done: bool,
     /// `\.` seen: later data is ignored.
     ended: bool,
+    /// The binary format's tuple reader.
+    binary: Option<super::copy_binary::Reader>,
     /// Converted columns (in table column order, NULL for columns not copied).
     batches: Vec<RecordBatch>,
     rows: u64,
@@ -260,6 +308,7 @@ impl CopyIn {
         tz: Option<String>,
     ) -> Self {
         let n = targets.len();
+        let format_binary = format.binary;
         CopyIn {
             table,
             targets,
@@ -272,6 +321,7 @@ impl CopyIn {
             first_line: 1,
             line: 1,
             ended: false,
+            binary: format_binary.then(super::copy_binary::Reader::default),
             batches: vec![],
             rows: 0,
             error: None,
@@ -281,6 +331,11 @@ impl CopyIn {
     /// Number of columns the client sends.
     pub fn columns(&self) -> usize {
         self.targets.len()
+    }
+
+    /// Whether the client sends binary tuples.
+    pub fn is_binary(&self) -> bool {
+        self.binary.is_some()
     }
 
     /// Consumes a CopyData message.
@@ -307,7 +362,14 @@ impl CopyIn {
             return Err(e);
         }
         let buf = std::mem::take(&mut self.pending);
-        if !self.ended && !buf.is_empty() {
+        if self.binary.is_some() {
+            if !buf.is_empty() {
+                return Err(Error::sql(
+                    "22P04",
+                    "invalid COPY binary data: unexpected end of data",
+                ));
+            }
+        } else if !self.ended && !buf.is_empty() {
             self.parse(&buf, true)?;
         }
         self.convert()?;
@@ -318,6 +380,27 @@ impl CopyIn {
 
     /// Parses complete records of `buf`; returns the bytes used.
     fn parse(&mut self, buf: &[u8], last: bool) -> Result<usize> {
+        if let Some(reader) = self.binary.as_mut() {
+            let schema = self.table.schema();
+            let types: Vec<DataType> = self
+                .targets
+                .iter()
+                .map(|&i| schema.field(i).data_type().clone())
+                .collect();
+            let mut rows = vec![];
+            let used = reader.parse(buf, &types, &mut rows)?;
+            for row in rows {
+                for (b, f) in self.builders.iter_mut().zip(&row) {
+                    b.append_option(f.as_deref());
+                }
+                self.rows_in_builders += 1;
+                self.line += 1;
+                if self.rows_in_builders >= ROWS_PER_BATCH {
+                    self.convert()?;
+                }
+            }
+            return Ok(used);
+        }
         let mut pos = 0;
         let mut fields: Vec<Option<String>> = Vec::with_capacity(self.targets.len());
         loop {
@@ -738,6 +821,41 @@ fn copy_out_stream(
             Err(e) => futures::stream::iter(vec![Err(e)]),
         })
         .boxed()
+}
+
+/// Rows as binary COPY data, one message per row: the header travels with the
+/// first row and the trailer comes last (with the header when there are no
+/// rows), as PostgreSQL sends them; psycopg reads the header only there.
+fn binary_out_stream(
+    stream: SendableRecordBatchStream,
+) -> futures::stream::BoxStream<'static, Result<Bytes>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let started = Arc::new(AtomicBool::new(false));
+    let first = started.clone();
+    let rows = stream
+        .map(|batch| -> Result<Vec<Bytes>> { super::copy_binary::encode(&batch?) })
+        .flat_map(|r| match r {
+            Ok(v) => futures::stream::iter(v.into_iter().map(Ok).collect::<Vec<_>>()),
+            Err(e) => futures::stream::iter(vec![Err(e)]),
+        })
+        .map(move |row| {
+            row.map(|row| {
+                if first.swap(true, Ordering::SeqCst) {
+                    row
+                } else {
+                    [super::copy_binary::header(), row].concat().into()
+                }
+            })
+        });
+    let end = futures::stream::once(async move {
+        let trailer = Bytes::from_static(&[0xff, 0xff]);
+        Ok(if started.swap(true, Ordering::SeqCst) {
+            trailer
+        } else {
+            [super::copy_binary::header(), trailer].concat().into()
+        })
+    });
+    rows.chain(end).boxed()
 }
 
 /// PostgreSQL prints booleans as `t` / `f`.

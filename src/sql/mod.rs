@@ -5,6 +5,7 @@
 pub mod args;
 pub mod chunks;
 pub mod copy;
+pub mod copy_binary;
 pub mod cursor;
 pub mod ddl;
 pub mod functions;
@@ -13,6 +14,7 @@ pub mod insert;
 pub mod lateral;
 pub mod names;
 pub mod pg_catalog;
+pub mod pgnumeric;
 pub mod plan_cache;
 pub mod prepass;
 pub mod session;
@@ -47,9 +49,10 @@ pub enum Output {
     TxEnd(String),
     /// `COPY ... FROM STDIN`: the client sends the data next.
     CopyIn(Box<copy::CopyIn>),
-    /// `COPY ... TO STDOUT`: column count and the rows as COPY lines.
+    /// `COPY ... TO STDOUT`: column count, whether binary, and the rows as COPY data.
     CopyOut(
         usize,
+        bool,
         futures::stream::BoxStream<'static, Result<bytes::Bytes>>,
     ),
 }

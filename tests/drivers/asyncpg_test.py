@@ -67,6 +67,15 @@ async def main():
         v = await conn.fetchval(fq, "a", 9007199254740993)
         c.eq("fetchval reading", v, ROWS[1][3])
 
+    ctable = TABLE + "_copy"
+    with c.step("binary COPY in (copy_records_to_table)", ctable):
+        await conn.execute(f"DROP TABLE IF EXISTS {ctable}")
+        await conn.execute(create_table_sql(ctable))
+        status = await conn.copy_records_to_table(
+            ctable, records=ROWS, columns=["time", "device", "temp", "reading", "ok", "n"])
+        c.eq("copy status", status, f"COPY {len(ROWS)}")
+        check_rows_python(c, await conn.fetch(raw_sql(ctable)))
+
     await conn.close()
 
 

@@ -77,6 +77,28 @@ with c.step("result column types (int4 literal, int8 count and sum, numeric avg)
         c.eq("result type OIDs", [d.type_code for d in cur.description], [23, 20, 20, 20, 1700])
         c.eq("result values", cur.fetchone(), (1, 3000000000, 3, 5, Decimal("1.6666666666666667")))
 
+ctable = TABLE + "_copy"
+COPY_TYPES = ["timestamptz", "text", "float8", "numeric", "bool", "int8"]
+with c.step("binary COPY both ways (copy.set_types)", ctable):
+    conn.execute(f"DROP TABLE IF EXISTS {ctable}")
+    conn.execute(create_table_sql(ctable))
+    with conn.cursor() as cur:
+        with cur.copy(f"COPY {ctable} (time, device, temp, reading, ok, n) "
+                      "FROM STDIN (FORMAT BINARY)") as cp:
+            cp.set_types(COPY_TYPES)
+            for row in ROWS:
+                cp.write_row(row)
+        c.eq("rows after binary COPY in", cur.rowcount, len(ROWS))
+        cur.execute(raw_sql(ctable))
+        check_rows_python(c, cur.fetchall())
+        with cur.copy(f"COPY ({raw_sql(ctable)}) TO STDOUT (FORMAT BINARY)") as cp:
+            cp.set_types(COPY_TYPES)
+            out = list(cp.rows())
+        check_rows_python(c, out)
+        with cur.copy(f"COPY (SELECT n FROM {ctable} WHERE n < -100) TO STDOUT (FORMAT BINARY)") as cp:
+            cp.set_types(["int8"])
+            c.eq("binary COPY out of no rows", list(cp.rows()), [])
+
 # Parameters the client sends untyped (None, str) or typed (int2 for a small int,
 # numeric for Decimal) get PostgreSQL's types: the result OIDs below are
 # PostgreSQL 15's.

@@ -311,14 +311,18 @@ fn to_response(c: &Conn, out: Output, format: &Format) -> PgWireResult<Response>
         Output::TxEnd(tag) => Response::TransactionEnd(Tag::new(&tag)),
         Output::CopyIn(state) => {
             let n = state.columns();
+            let format = i8::from(state.is_binary());
             *c.copy.lock() = Some(state);
-            Response::CopyIn(CopyResponse::new(0, n, futures::stream::empty()))
+            Response::CopyIn(CopyResponse::new(format, n, futures::stream::empty()))
         }
-        Output::CopyOut(n, stream) => Response::CopyOut(CopyResponse::new(
-            0,
-            n,
-            stream.map(|r| r.map(CopyData::new).map_err(to_pg)),
-        )),
+        Output::CopyOut(n, binary, stream) => {
+            // Built as text so pgwire adds no trailer of its own (the stream ends
+            // with one), then marked binary.
+            let mut resp =
+                CopyResponse::new(0, n, stream.map(|r| r.map(CopyData::new).map_err(to_pg)));
+            resp.format = i8::from(binary);
+            Response::CopyOut(resp)
+        }
         Output::Fetched(schema, stream) => {
             match to_response(c, Output::Rows(schema, stream), format)? {
                 Response::Query(mut q) => {
