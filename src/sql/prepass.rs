@@ -1,13 +1,23 @@
 //! Token-level rewrite before parsing: sqlparser rejects TimescaleDB's
 //! `WITH (tsdb.hypertable, tsdb.chunk_interval = '1 day')`, so dotted option keys
 //! are quoted and bare flags get `= true` inside a `CREATE TABLE ... WITH (...)`.
+//! sqlparser has no `MOVE` and no negative or omitted FETCH counts either: FETCH
+//! and MOVE become `FETCH dir FROM c`, marked `INTO` [`MOVE_MARK`] /
+//! [`NEGATIVE_MARK`] for the cursor code.
 
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Word};
 
-/// Returns `sql` with every `CREATE TABLE ... WITH (...)` option list normalized.
-/// SQL that does not tokenize is returned unchanged (the parser reports the error).
+/// The `INTO` target that marks a FETCH written as MOVE.
+pub const MOVE_MARK: &str = "_sundial_move";
+/// Appended to the `INTO` target (or alone) when the count was negative.
+pub const NEGATIVE_MARK: &str = "_sundial_neg";
+
+/// Returns `sql` with every `CREATE TABLE ... WITH (...)` option list normalized
+/// and MOVE statements written as marked FETCHes. SQL that does not tokenize is
+/// returned unchanged (the parser reports the error).
 pub fn rewrite(sql: &str) -> String {
+    let sql = &moves(sql);
     let lower = sql.to_ascii_lowercase();
     if !(lower.contains("create") && lower.contains("with")) {
         return sql.to_string();
@@ -74,6 +84,124 @@ pub fn rewrite(sql: &str) -> String {
     }
     out.push_str(&sql[pos..]);
     out
+}
+
+/// FETCH and MOVE in the one form sqlparser reads: `FETCH dir FROM name`, with
+/// `INTO` a mark for what it cannot hold (MOVE, a negative count).
+fn moves(sql: &str) -> String {
+    let lower = sql.to_ascii_lowercase();
+    if !(lower.contains("move") || lower.contains("fetch")) {
+        return sql.to_string();
+    }
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location() else {
+        return sql.to_string();
+    };
+    let offsets = LineIndex::new(sql);
+    let sig: Vec<&TokenWithSpan> = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::EOF))
+        .collect();
+    let mut edits: Vec<(usize, usize, String)> = vec![];
+    for i in 0..sig.len() {
+        let starts = i == 0 || matches!(sig[i - 1].token, Token::SemiColon);
+        let is_move = is_kw(&sig[i].token, "move");
+        if !(starts && (is_move || is_kw(&sig[i].token, "fetch"))) {
+            continue;
+        }
+        let stop = (i + 1..sig.len())
+            .find(|&k| matches!(sig[k].token, Token::SemiColon))
+            .unwrap_or(sig.len());
+        let Some(canonical) = fetch_text(&sig[i + 1..stop], is_move) else {
+            continue;
+        };
+        let (Some(from), Some(to)) = (
+            offsets.offset(&sig[i].span.start),
+            offsets.offset(&sig[stop - 1].span.end),
+        ) else {
+            return sql.to_string();
+        };
+        edits.push((from, to, canonical));
+    }
+    if edits.is_empty() {
+        return sql.to_string();
+    }
+    let mut out = String::with_capacity(sql.len() + 32);
+    let mut pos = 0;
+    for (from, to, text) in edits {
+        if from < pos || to > sql.len() {
+            return sql.to_string();
+        }
+        out.push_str(&sql[pos..from]);
+        out.push_str(&text);
+        pos = to;
+    }
+    out.push_str(&sql[pos..]);
+    out
+}
+
+/// `[direction] [FROM | IN] name` as canonical FETCH text; `None` leaves the
+/// statement to the parser (and its error).
+fn fetch_text(t: &[&TokenWithSpan], is_move: bool) -> Option<String> {
+    let word = |k: usize| match t.get(k).map(|x| &x.token) {
+        Some(Token::Word(w)) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+        _ => None,
+    };
+    // A count at k, maybe negative: (digits, negative, tokens used).
+    let count = |k: usize| -> Option<(String, bool, usize)> {
+        match (t.get(k).map(|x| &x.token), t.get(k + 1).map(|x| &x.token)) {
+            (Some(Token::Minus), Some(Token::Number(n, _))) => Some((n.clone(), true, 2)),
+            (Some(Token::Plus), Some(Token::Number(n, _))) => Some((n.clone(), false, 2)),
+            (Some(Token::Number(n, _)), _) => Some((n.clone(), false, 1)),
+            _ => None,
+        }
+    };
+    let mut k = 0;
+    let mut neg = false;
+    let dir = match word(0).as_deref() {
+        Some(w @ ("NEXT" | "PRIOR" | "FIRST" | "LAST" | "ALL")) => {
+            k = 1;
+            w.to_string()
+        }
+        Some(w @ ("ABSOLUTE" | "RELATIVE")) => {
+            let (n, negative, used) = count(1)?;
+            (k, neg) = (1 + used, negative);
+            format!("{w} {n}")
+        }
+        Some(w @ ("FORWARD" | "BACKWARD")) => {
+            if word(1).as_deref() == Some("ALL") {
+                k = 2;
+                format!("{w} ALL")
+            } else if let Some((n, negative, used)) = count(1) {
+                (k, neg) = (1 + used, negative);
+                format!("{w} {n}")
+            } else {
+                k = 1;
+                w.to_string()
+            }
+        }
+        _ => match count(0) {
+            Some((n, negative, used)) => {
+                (k, neg) = (used, negative);
+                n
+            }
+            None => "NEXT".to_string(),
+        },
+    };
+    if matches!(word(k).as_deref(), Some("FROM" | "IN")) {
+        k += 1;
+    }
+    // The rest must be just the cursor name.
+    let name = match t.get(k..)? {
+        [one] => one.token.to_string(),
+        _ => return None,
+    };
+    let mark = match (is_move, neg) {
+        (false, false) => String::new(),
+        (true, false) => format!(" INTO {MOVE_MARK}"),
+        (false, true) => format!(" INTO {NEGATIVE_MARK}"),
+        (true, true) => format!(" INTO {MOVE_MARK}{NEGATIVE_MARK}"),
+    };
+    Some(format!("FETCH {dir} FROM {name}{mark}"))
 }
 
 fn is_kw(t: &Token, kw: &str) -> bool {

@@ -419,11 +419,35 @@ fn difference(
     }
 }
 
+/// The result column types a client is told (Describe of the prepared query).
+async fn column_types(c: &Client, sql: &str) -> Option<Vec<String>> {
+    let st = c.prepare(sql).await.ok()?;
+    Some(
+        st.columns()
+            .iter()
+            .map(|c| c.type_().name().to_string())
+            .collect(),
+    )
+}
+
 async fn differs(sd: &Client, pg: &Client, q: &Query) -> Option<String> {
     let sql = q.sql();
     let s = run(sd, q.tz, &sql).await;
     let p = run(pg, q.tz, &sql).await;
-    difference(q, &s, &p)
+    if let Some(why) = difference(q, &s, &p) {
+        return Some(why);
+    }
+    // Equal values must also come with PostgreSQL's column types (a driver maps
+    // int4 and int8, numeric and float8 to different host types).
+    if s.is_ok() {
+        let (ts, tp) = (column_types(sd, &sql).await, column_types(pg, &sql).await);
+        if let (Some(ts), Some(tp)) = (ts, tp)
+            && ts != tp
+        {
+            return Some(format!("column types: Sundial {ts:?}, PostgreSQL {tp:?}"));
+        }
+    }
+    None
 }
 
 /// Drops conditions and select items while the query still differs.
