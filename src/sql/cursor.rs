@@ -170,7 +170,7 @@ fn scroll_to(m: Motion, pos: usize, n: usize) -> (Vec<usize>, usize) {
             let k = k.unwrap_or(usize::MAX);
             let from = pos.min(n + 1);
             let rows: Vec<usize> = (1..from).rev().take(k).map(|r| r - 1).collect();
-            (rows, if from > k { from - k } else { 0 })
+            (rows, from.saturating_sub(k))
         }
         Motion::Absolute(a) if a >= 0 => at(a),
         Motion::Absolute(a) => at(n as i64 + 1 + a),
