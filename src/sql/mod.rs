@@ -280,17 +280,33 @@ impl VisitorMut for Normalize {
             }
         }
         // EXTRACT is date_part (DataFusion plans it with its own, UTC-only, function
-        // instead of the session-zone one registered under that name).
+        // instead of the session-zone one registered under that name), as numeric.
         if let ast::Expr::Extract {
             field, expr: inner, ..
         } = expr
         {
             let unit = field.to_string().to_ascii_lowercase();
             let arg = std::mem::replace(inner.as_mut(), ast::Expr::value(ast::Value::Null));
-            *expr = call(
+            // PostgreSQL's EXTRACT is numeric (date_part is float8), with the
+            // scale its text shows: 6 for epoch and seconds, 3 for milliseconds.
+            let scale = match unit.as_str() {
+                "epoch" | "second" | "seconds" => 6,
+                "millisecond" | "milliseconds" => 3,
+                _ => 0,
+            };
+            let part = call(
                 "date_part",
                 vec![ast::Expr::value(ast::Value::SingleQuotedString(unit)), arg],
             );
+            *expr = ast::Expr::Cast {
+                kind: ast::CastKind::Cast,
+                expr: Box::new(part),
+                data_type: ast::DataType::Numeric(ast::ExactNumberInfo::PrecisionAndScale(
+                    38, scale,
+                )),
+                array: false,
+                format: None,
+            };
         }
         if let ast::Expr::Function(f) = expr {
             let name = function_name(f);

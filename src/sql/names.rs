@@ -70,6 +70,17 @@ pub fn expr_name(e: &Expr) -> String {
         },
         Expr::Nested(inner) => expr_name(inner),
         Expr::Case { .. } => "case".into(),
+        // Functions sqlparser has its own syntax for, named as PostgreSQL names them.
+        Expr::Floor { .. } => "floor".into(),
+        Expr::Ceil { .. } => "ceil".into(),
+        Expr::Substring { .. } => "substring".into(),
+        Expr::Position { .. } => "position".into(),
+        Expr::Trim { .. } => "btrim".into(),
+        Expr::Overlay { .. } => "overlay".into(),
+        Expr::AtTimeZone { .. } => "timezone".into(),
+        Expr::Interval(_) => "interval".into(),
+        Expr::Array(_) => "array".into(),
+        Expr::TypedString(t) => pg_type_name(&t.data_type.to_string()),
         Expr::Extract { .. } => "extract".into(),
         Expr::Exists { .. } => "exists".into(),
         Expr::Subquery(q) => query_names(q)

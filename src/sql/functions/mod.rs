@@ -168,6 +168,10 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
     ctx.register_udf(ScalarUDF::from(to_char::ToChar::new(settings.clone())));
     session_zone::register(ctx);
     pgfuncs::register(ctx);
+    // PostgreSQL spells ceil both ways.
+    if let Ok(ceil) = datafusion::execution::FunctionRegistry::udf(ctx, "ceil") {
+        ctx.register_udf(ceil.as_ref().clone().with_aliases(["ceiling"]));
+    }
     ctx.add_analyzer_rule(Arc::new(pgcast::RoundingCasts::default()));
     ctx.register_udf(constant(
         "version",

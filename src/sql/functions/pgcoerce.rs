@@ -197,6 +197,18 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 Transformed::no(Expr::Case(c))
             }
         }
+        // floor / ceil of a numeric is a numeric without fraction digits, as
+        // PostgreSQL prints it (`floor(10 / 4::numeric)` is `2`).
+        Expr::ScalarFunction(f)
+            if matches!(f.func.name(), "floor" | "ceil" | "ceiling")
+                && f.args.len() == 1
+                && matches!(type_of(&f.args[0], schema), Some(DataType::Decimal128(_, s)) if s > 0) =>
+        {
+            Transformed::yes(Expr::Cast(Cast::new(
+                Box::new(Expr::ScalarFunction(f)),
+                DataType::Decimal128(38, 0),
+            )))
+        }
         // Functions whose arguments unify to one type, as CASE branches do.
         Expr::ScalarFunction(mut f)
             if matches!(f.func.name(), "coalesce" | "greatest" | "least" | "nullif") =>

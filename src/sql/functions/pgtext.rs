@@ -91,9 +91,15 @@ pub fn trimmed_decimal(v: i128, scale: i8) -> String {
 /// (trailing fractional zeros dropped, as its text form prints): ndigits, weight,
 /// sign, dscale, then base-10000 digits.
 pub fn pg_numeric_binary(v: i128, scale: u32) -> Vec<u8> {
+    numeric_binary(v, scale, true)
+}
+
+/// [`pg_numeric_binary`], keeping `scale` as the display scale when `trim` is false
+/// (a `numeric(p, s)` column: PostgreSQL sends `12.50` with dscale 2).
+fn numeric_binary(v: i128, scale: u32, trim: bool) -> Vec<u8> {
     let mut u = v.unsigned_abs();
     let mut dscale = scale;
-    while dscale > 0 && u.is_multiple_of(10) {
+    while trim && dscale > 0 && u.is_multiple_of(10) {
         u /= 10;
         dscale -= 1;
     }
@@ -108,6 +114,7 @@ pub fn pg_numeric_binary(v: i128, scale: u32) -> Vec<u8> {
     let mut weight = digits.len() as i16 - 1;
     let frac_groups = dscale.div_ceil(4);
     let mut f = frac * 10u128.pow(frac_groups * 4 - dscale);
+    let shown = dscale;
     let mut fd = vec![0i16; frac_groups as usize];
     for d in fd.iter_mut().rev() {
         *d = (f % 10_000) as i16;
@@ -132,7 +139,7 @@ pub fn pg_numeric_binary(v: i128, scale: u32) -> Vec<u8> {
     out.extend_from_slice(&(digits.len() as i16).to_be_bytes());
     out.extend_from_slice(&weight.to_be_bytes());
     out.extend_from_slice(&sign.to_be_bytes());
-    out.extend_from_slice(&(dscale as u16).to_be_bytes());
+    out.extend_from_slice(&(shown as u16).to_be_bytes());
     for d in digits {
         out.extend_from_slice(&d.to_be_bytes());
     }
@@ -143,17 +150,18 @@ pub fn pg_numeric_binary(v: i128, scale: u32) -> Vec<u8> {
 /// as PostgreSQL's binary numeric of each value's own scale, so binary results equal
 /// the text ones (`100`, not `100.0000000000`). The encoder writes the bytes as they are.
 fn to_binary(f: &arrow::datatypes::Field, c: &ArrayRef) -> Option<ArrayRef> {
-    let DataType::Decimal128(38, s) = c.data_type() else {
+    let DataType::Decimal128(p, s) = c.data_type() else {
         return None;
     };
-    if *s != crate::catalog::ANY_NUMERIC_SCALE && !own_scale(f) {
-        return None;
-    }
+    // Every decimal: arrow-pg's own encoder goes through rust_decimal, which
+    // fails past 28 digits.
+    let trim = (*p == 38 && *s == crate::catalog::ANY_NUMERIC_SCALE) || own_scale(f);
+    let scale = (*s).max(0) as u32;
     let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
     let out: arrow::array::BinaryArray = (0..a.len())
         .map(|i| {
             a.is_valid(i)
-                .then(|| pg_numeric_binary(a.value(i), *s as u32))
+                .then(|| numeric_binary(a.value(i), scale, trim))
         })
         .collect();
     Some(Arc::new(out))
@@ -213,6 +221,19 @@ fn to_text(f: &arrow::datatypes::Field, c: &ArrayRef) -> Result<Option<ArrayRef>
             let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
             (0..a.len())
                 .map(|i| a.is_valid(i).then(|| trimmed_decimal(a.value(i), *s)))
+                .collect()
+        }
+        // Other decimals print every digit of their scale (arrow-pg's encoder
+        // goes through rust_decimal, which fails past 28 digits).
+        DataType::Decimal128(p, s) => {
+            use arrow::datatypes::DecimalType;
+            let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
+            (0..a.len())
+                .map(|i| {
+                    a.is_valid(i).then(|| {
+                        arrow::datatypes::Decimal128Type::format_decimal(a.value(i), *p, *s)
+                    })
+                })
                 .collect()
         }
         DataType::Float64 => {

@@ -2,6 +2,7 @@
 //! zone, as PostgreSQL computes them (`date_trunc('day', t)` under
 //! `TimeZone = 'Europe/Berlin'` is Berlin's midnight): DataFusion's own functions
 //! work in the zone of the value's type, which is always UTC for stored columns.
+//! `date_part` is float8 with fractional seconds, as in PostgreSQL.
 
 use std::sync::Arc;
 
@@ -32,10 +33,19 @@ impl ScalarUDFImpl for InSessionZone {
         self.inner.signature()
     }
     fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        if self.is_date_part() {
+            return Ok(DataType::Float64);
+        }
         self.inner.return_type(args)
     }
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<arrow::datatypes::FieldRef> {
-        self.inner.return_field_from_args(args)
+        let f = self.inner.return_field_from_args(args)?;
+        if self.is_date_part() {
+            return Ok(Arc::new(
+                f.as_ref().clone().with_data_type(DataType::Float64),
+            ));
+        }
+        Ok(f)
     }
     fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
         self.inner.coerce_types(args)
@@ -58,12 +68,69 @@ impl ScalarUDFImpl for InSessionZone {
                 }
             }
         }
+        if self.is_date_part() {
+            return date_part_float(&self.inner, args);
+        }
         let out = self.inner.invoke_with_args(args)?;
         match &want {
             DataType::Timestamp(_, Some(_)) if out.data_type() != want => out.cast_to(&want, None),
             _ => Ok(out),
         }
     }
+}
+
+impl InSessionZone {
+    fn is_date_part(&self) -> bool {
+        self.inner.name() == "date_part"
+    }
+}
+
+/// `date_part` as PostgreSQL has it: float8, with the fraction of a second in
+/// `second` and `milliseconds` (DataFusion's are integers: 59 for 59.999999).
+fn date_part_float(inner: &ScalarUDF, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+    use datafusion::common::ScalarValue;
+    let part = match args.args.first() {
+        Some(ColumnarValue::Scalar(
+            ScalarValue::Utf8(Some(p))
+            | ScalarValue::LargeUtf8(Some(p))
+            | ScalarValue::Utf8View(Some(p)),
+        )) => p.to_ascii_lowercase(),
+        _ => String::new(),
+    };
+    let divisor = match part.trim() {
+        "second" | "seconds" | "s" | "sec" | "secs" => Some(1e6),
+        "millisecond" | "milliseconds" | "ms" | "msec" | "msecs" => Some(1e3),
+        _ => None,
+    };
+    if divisor.is_some() {
+        args.args[0] = ColumnarValue::Scalar(ScalarValue::Utf8(Some("microsecond".into())));
+    }
+    let n = args.number_rows;
+    let planned = {
+        let scalars: Vec<Option<&ScalarValue>> = args
+            .args
+            .iter()
+            .map(|a| match a {
+                ColumnarValue::Scalar(v) => Some(v),
+                ColumnarValue::Array(_) => None,
+            })
+            .collect();
+        inner.return_field_from_args(ReturnFieldArgs {
+            arg_fields: &args.arg_fields,
+            scalar_arguments: &scalars,
+        })?
+    };
+    args.return_field = planned;
+    let out = inner
+        .invoke_with_args(args)?
+        .cast_to(&DataType::Float64, None)?;
+    let Some(d) = divisor else {
+        return Ok(out);
+    };
+    let arr = out.into_array(n)?;
+    let f = arrow::array::AsArray::as_primitive::<arrow::datatypes::Float64Type>(&arr);
+    let scaled: arrow::array::Float64Array = f.unary(|v| v / d);
+    Ok(ColumnarValue::Array(Arc::new(scaled)))
 }
 
 /// Replaces DataFusion's `date_trunc` and `date_part` in `ctx` by their
