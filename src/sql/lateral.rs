@@ -5,7 +5,9 @@
 //! LIMIT; this analyzer rule turns it into a join with the subquery's rows
 //! numbered per key (`row_number() OVER (PARTITION BY t.k ORDER BY ..) <= n`).
 //! The scalar form in a select list, `(SELECT v FROM t WHERE t.k = d.k ORDER BY
-//! time DESC LIMIT 1)`, becomes a left join the same way.
+//! time DESC LIMIT 1)`, becomes a left join the same way. Other correlations
+//! (`WHERE q.time <= t.time ORDER BY q.time DESC LIMIT 1`, an as-of lookup) number
+//! the outer rows and keep the first n joined rows per outer row.
 
 use std::sync::Arc;
 
@@ -44,6 +46,8 @@ impl AnalyzerRule for LateralTopN {
 
 const KEY: &str = "__sundial_lateral_k";
 const RN: &str = "__sundial_lateral_rn";
+/// The outer row number of [`top_n_per_row`].
+const RID: &str = "__sundial_lateral_row";
 
 fn is_true(e: &Expr) -> bool {
     matches!(e, Expr::Literal(ScalarValue::Boolean(Some(true)), _))
@@ -66,7 +70,15 @@ fn rewrite_join(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
         return Ok(Transformed::no(node));
     };
     let Some((inner, keys, _)) = top_n_per_key(&sq.subquery)? else {
-        return Ok(Transformed::no(node));
+        // Not correlated by equalities alone: number the outer rows instead.
+        let Some((plan, _)) =
+            top_n_per_row(j.left.as_ref(), &sq.subquery, join_type, sa.alias.table())?
+        else {
+            return Ok(Transformed::no(node));
+        };
+        let cols: Vec<Expr> = j.schema.columns().into_iter().map(Expr::Column).collect();
+        let out = LogicalPlanBuilder::from(plan).project(cols)?.build()?;
+        return Ok(Transformed::yes(out));
     };
     let right = LogicalPlanBuilder::from(inner)
         .alias(sa.alias.clone())?
@@ -90,10 +102,17 @@ fn rewrite_join(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     Ok(Transformed::yes(out))
 }
 
-/// `Limit n (Sort (Filter with t.k = outer.k ...)))`, with projections around the
-/// sort, as a plan of the top `n` rows per key (its key columns `KEY<i>` added),
-/// and the outer columns the keys must equal.
-fn top_n_per_key(plan: &LogicalPlan) -> Result<Option<(LogicalPlan, Vec<Column>, u64)>> {
+/// A correlated subquery of the form `Limit n (Sort (Filter ..))`, with optional
+/// projections above the sort and below it.
+struct Shape<'a> {
+    n: usize,
+    above: Option<&'a datafusion::logical_expr::Projection>,
+    sort: &'a datafusion::logical_expr::Sort,
+    below: Option<&'a datafusion::logical_expr::Projection>,
+    filter: &'a datafusion::logical_expr::Filter,
+}
+
+fn shape(plan: &LogicalPlan) -> Result<Option<Shape<'_>>> {
     let LogicalPlan::Limit(limit) = plan else {
         return Ok(None);
     };
@@ -127,6 +146,29 @@ fn top_n_per_key(plan: &LogicalPlan) -> Result<Option<(LogicalPlan, Vec<Column>,
     {
         return Ok(None);
     }
+    Ok(Some(Shape {
+        n,
+        above,
+        sort,
+        below,
+        filter,
+    }))
+}
+
+/// `Limit n (Sort (Filter with t.k = outer.k ...)))`, with projections around the
+/// sort, as a plan of the top `n` rows per key (its key columns `KEY<i>` added),
+/// and the outer columns the keys must equal.
+fn top_n_per_key(plan: &LogicalPlan) -> Result<Option<(LogicalPlan, Vec<Column>, u64)>> {
+    let Some(Shape {
+        n,
+        above,
+        sort,
+        below,
+        filter,
+    }) = shape(plan)?
+    else {
+        return Ok(None);
+    };
     let mut outer = vec![];
     let mut inner = vec![];
     let mut rest = vec![];
@@ -195,6 +237,105 @@ fn top_n_per_key(plan: &LogicalPlan) -> Result<Option<(LogicalPlan, Vec<Column>,
     Ok(Some((plan, outer, n as u64)))
 }
 
+/// Any other correlation (`q.time <= t.time`): `outer`'s rows are numbered, joined
+/// with the subquery's rows on the correlated predicates, and the first `n` per
+/// outer row (in the subquery's order) kept. Returns the plan with `outer`'s columns
+/// and then the subquery's, these qualified by `alias`; `None` when the subquery
+/// has another shape.
+fn top_n_per_row(
+    outer: &LogicalPlan,
+    plan: &LogicalPlan,
+    join_type: JoinType,
+    alias: &str,
+) -> Result<Option<(LogicalPlan, usize)>> {
+    let Some(Shape {
+        n,
+        above,
+        sort,
+        below,
+        filter,
+    }) = shape(plan)?
+    else {
+        return Ok(None);
+    };
+    let mut on = vec![];
+    let mut rest = vec![];
+    for c in split_conjunction(&filter.predicate) {
+        if c.contains_outer() {
+            on.push(
+                c.clone()
+                    .transform_up(|e| {
+                        Ok(match e {
+                            Expr::OuterReferenceColumn(_, c) => Transformed::yes(Expr::Column(c)),
+                            other => Transformed::no(other),
+                        })
+                    })?
+                    .data,
+            );
+        } else {
+            rest.push(c.clone());
+        }
+    }
+    if on.is_empty() {
+        return Ok(None);
+    }
+    let mut base = LogicalPlanBuilder::from(filter.input.as_ref().clone());
+    if let Some(p) = conjunction(rest) {
+        base = base.filter(p)?;
+    }
+    if let Some(p) = below {
+        // The projection under the sort, plus the columns the join predicates use.
+        let mut exprs = p.expr.clone();
+        for c in filter.input.schema().columns() {
+            if !p.schema.has_column(&c) && on.iter().any(|e| e.column_refs().contains(&c)) {
+                exprs.push(Expr::Column(c));
+            }
+        }
+        base = base.project(exprs)?;
+    }
+    let base = base.build()?;
+    let outer_cols: Vec<Expr> = outer
+        .schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect();
+    let inner_out: Vec<Expr> = match (above, below) {
+        (Some(p), _) => p.expr.clone(),
+        (None, Some(p)) => p.schema.columns().into_iter().map(Expr::Column).collect(),
+        (None, None) => base
+            .schema()
+            .columns()
+            .into_iter()
+            .map(Expr::Column)
+            .collect(),
+    };
+    let width = inner_out.len();
+    let numbered_outer = LogicalPlanBuilder::from(outer.clone())
+        .window(vec![row_number().alias(RID)])?
+        .build()?;
+    let per_row = row_number()
+        .partition_by(vec![col(RID)])
+        .order_by(sort.expr.clone())
+        .build()?
+        .alias(RN);
+    let top = LogicalPlanBuilder::from(numbered_outer)
+        .join_on(base, join_type, on)?
+        .window(vec![per_row])?
+        .filter(col(RN).lt_eq(lit(n as u64)))?;
+    let names = plan.schema().fields().iter().map(|f| f.name().clone());
+    let out: Vec<Expr> = outer_cols
+        .into_iter()
+        .chain(
+            inner_out
+                .into_iter()
+                .zip(names)
+                .map(|(e, name)| e.alias_qualified(Some(alias), name)),
+        )
+        .collect();
+    Ok(Some((top.project(out)?.build()?, width)))
+}
+
 /// A select list's correlated `(SELECT v ... ORDER BY .. LIMIT 1)`: a left join
 /// with the first row per key, the subquery replaced by its column.
 fn rewrite_scalar(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
@@ -230,10 +371,25 @@ fn rewrite_scalar(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
                 }
                 _ => None,
             };
-            let (Some((inner, keys)), Some(value)) = (found, want) else {
+            let Some(value) = want else {
                 return Ok(Transformed::no(Expr::ScalarSubquery(sq)));
             };
             let alias = format!("__sundial_scalar{k}");
+            let Some((inner, keys)) = found else {
+                // Another correlation (`q.time <= t.time`): per outer row.
+                return match top_n_per_row(&input, &sq.subquery, JoinType::Left, &alias)? {
+                    Some((plan, 1)) if shape(&sq.subquery)?.is_some_and(|s| s.n == 1) => {
+                        k += 1;
+                        input = plan;
+                        changed = true;
+                        Ok(Transformed::yes(Expr::Column(Column::new(
+                            Some(alias.as_str()),
+                            value,
+                        ))))
+                    }
+                    _ => Ok(Transformed::no(Expr::ScalarSubquery(sq))),
+                };
+            };
             k += 1;
             let right = LogicalPlanBuilder::from(inner)
                 .alias(alias.as_str())?
