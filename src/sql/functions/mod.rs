@@ -168,9 +168,14 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
     ctx.register_udf(ScalarUDF::from(to_char::ToChar::new(settings.clone())));
     session_zone::register(ctx);
     pgfuncs::register(ctx);
-    // PostgreSQL spells ceil both ways.
-    if let Ok(ceil) = datafusion::execution::FunctionRegistry::udf(ctx, "ceil") {
-        ctx.register_udf(ceil.as_ref().clone().with_aliases(["ceiling"]));
+    // PostgreSQL's names for functions DataFusion has under another.
+    for (df, pg) in [("ceil", "ceiling"), ("signum", "sign")] {
+        if let Ok(f) = datafusion::execution::FunctionRegistry::udf(ctx, df) {
+            ctx.register_udf(f.as_ref().clone().with_aliases([pg]));
+        }
+    }
+    if let Ok(f) = datafusion::execution::FunctionRegistry::udaf(ctx, "bool_and") {
+        ctx.register_udaf(f.as_ref().clone().with_aliases(["every"]));
     }
     ctx.add_analyzer_rule(Arc::new(pgcast::RoundingCasts::default()));
     ctx.register_udf(constant(
