@@ -10,6 +10,7 @@ pub mod pgtext;
 pub mod session_zone;
 pub mod time_bucket;
 pub mod to_char;
+pub mod to_timestamp;
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -167,6 +168,7 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
     ctx.register_udf(ScalarUDF::from(pgtext::PgText::default()));
     ctx.register_udf(ScalarUDF::from(to_char::ToChar::new(settings.clone())));
     session_zone::register(ctx);
+    to_timestamp::register(ctx);
     pgfuncs::register(ctx);
     // PostgreSQL's names for functions DataFusion has under another.
     for (df, pg) in [("ceil", "ceiling"), ("signum", "sign")] {

@@ -125,6 +125,19 @@ fn parse(template: &str) -> Result<Vec<Piece>> {
     Ok(out)
 }
 
+/// A PostgreSQL template as a chrono format (what `to_timestamp(text, template)`
+/// parses with).
+pub(super) fn chrono_format(template: &str) -> Result<String> {
+    let mut out = String::new();
+    for p in parse(template)? {
+        match p {
+            Piece::Lit(l) => out.push_str(&l.replace('%', "%%")),
+            Piece::Field(f, _) => out.push_str(f),
+        }
+    }
+    Ok(out)
+}
+
 fn render<T: TimeZone>(t: &DateTime<T>, pieces: &[Piece]) -> String
 where
     T::Offset: std::fmt::Display,
