@@ -254,6 +254,58 @@ fn integer_literals(e: Expr) -> Result<Transformed<Expr>> {
     })
 }
 
+/// A VALUES column of integer literals that all fit int4 (or are NULL) is int4,
+/// as PostgreSQL types `VALUES (1), (2)`.
+fn values_int4(mut v: datafusion::logical_expr::Values) -> Result<LogicalPlan> {
+    let fits = |e: &Expr| match e {
+        Expr::Literal(ScalarValue::Int64(Some(x)), _) => i32::try_from(*x).is_ok(),
+        Expr::Literal(ScalarValue::Int64(None) | ScalarValue::Null, _) => true,
+        _ => false,
+    };
+    let width = v.schema.fields().len();
+    let cols: Vec<usize> = (0..width)
+        .filter(|&j| {
+            v.schema.field(j).data_type() == &DataType::Int64
+                && v.values.iter().all(|row| row.get(j).is_some_and(fits))
+                && v.values.iter().any(|row| {
+                    matches!(
+                        row.get(j),
+                        Some(Expr::Literal(ScalarValue::Int64(Some(_)), _))
+                    )
+                })
+        })
+        .collect();
+    if cols.is_empty() {
+        return Ok(LogicalPlan::Values(v));
+    }
+    for row in &mut v.values {
+        for &j in &cols {
+            if let Expr::Literal(ScalarValue::Int64(x), meta) = &row[j] {
+                row[j] = Expr::Literal(ScalarValue::Int32(x.map(|x| x as i32)), meta.clone());
+            }
+        }
+    }
+    let fields: Vec<(
+        Option<datafusion::common::TableReference>,
+        Arc<arrow::datatypes::Field>,
+    )> = v
+        .schema
+        .iter()
+        .enumerate()
+        .map(|(j, (q, f))| {
+            let f = if cols.contains(&j) {
+                Arc::new(f.as_ref().clone().with_data_type(DataType::Int32))
+            } else {
+                f.clone()
+            };
+            (q.cloned(), f)
+        })
+        .collect();
+    let schema = DFSchema::new_with_metadata(fields, v.schema.as_ref().metadata().clone())?;
+    v.schema = Arc::new(schema);
+    Ok(LogicalPlan::Values(v))
+}
+
 /// `l / r` where one side is numeric and the other numeric or an integer.
 fn numeric_division(l: &Expr, r: &Expr, schema: &DFSchema) -> bool {
     let (lt, rt) = (type_of(l, schema), type_of(r, schema));
@@ -276,7 +328,13 @@ impl AnalyzerRule for NumericMeetsFloat {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        // An INSERT's VALUES were typed for the table's columns: left as they are.
+        let dml = matches!(plan, LogicalPlan::Dml(_));
         let out = plan.transform_up_with_subqueries(|node| {
+            let node = match node {
+                LogicalPlan::Values(v) if !dml => values_int4(v)?,
+                other => other,
+            };
             let mut schema = DFSchema::empty();
             for input in node.inputs() {
                 schema.merge(input.schema());
