@@ -987,8 +987,102 @@ impl Accumulator for DiscAcc {
 }
 
 /// Registers the functions of this module in `ctx`.
+/// `width_bucket(x, low, high, n)`: which of `n` equal buckets over [low, high)
+/// holds `x`; 0 below, `n + 1` at or above `high` (PostgreSQL's; 2201G for a bad n
+/// or range).
+fn width_bucket(args: &[ColumnarValue]) -> Result<ColumnarValue> {
+    let n = args
+        .iter()
+        .map(|a| match a {
+            ColumnarValue::Array(a) => a.len(),
+            ColumnarValue::Scalar(_) => 1,
+        })
+        .max()
+        .unwrap_or(1);
+    let scalar = args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
+    let arrays = args
+        .iter()
+        .map(|a| a.to_array(n))
+        .collect::<Result<Vec<_>>>()?;
+    let f = |i: usize| arrays[i].as_primitive::<arrow::datatypes::Float64Type>();
+    let counts = arrays[3].as_primitive::<arrow::datatypes::Int64Type>();
+    let (x, lo, hi) = (f(0), f(1), f(2));
+    let mut out = Vec::with_capacity(n);
+    for r in 0..n {
+        if x.is_null(r) || lo.is_null(r) || hi.is_null(r) || counts.is_null(r) {
+            out.push(None);
+            continue;
+        }
+        let (v, l, h) = (x.value(r), lo.value(r), hi.value(r));
+        let c = i32::try_from(counts.value(r)).unwrap_or(0);
+        if c <= 0 {
+            return Err(sql_error("2201G", "count must be greater than zero"));
+        }
+        if l == h || !l.is_finite() || !h.is_finite() {
+            return Err(sql_error(
+                "2201G",
+                "lower bound cannot equal upper bound, nor be infinite",
+            ));
+        }
+        let b = if l < h {
+            if v < l {
+                0
+            } else if v >= h {
+                c + 1
+            } else {
+                (((v - l) / (h - l) * f64::from(c)).floor() as i32 + 1).min(c)
+            }
+        } else if v > l {
+            0
+        } else if v <= h {
+            c + 1
+        } else {
+            (((l - v) / (l - h) * f64::from(c)).floor() as i32 + 1).min(c)
+        };
+        out.push(Some(b));
+    }
+    super::columnar(Arc::new(arrow::array::Int32Array::from(out)), scalar)
+}
+
 pub fn register(ctx: &SessionContext) {
     let imm = Volatility::Immutable;
+    ctx.register_udf(datafusion::logical_expr::create_udf(
+        "width_bucket",
+        vec![
+            DataType::Float64,
+            DataType::Float64,
+            DataType::Float64,
+            DataType::Int64,
+        ],
+        DataType::Int32,
+        imm,
+        Arc::new(width_bucket),
+    ));
+    // Timestamps are always finite here (no 'infinity' values are stored).
+    ctx.register_udf(datafusion::logical_expr::create_udf(
+        "isfinite",
+        vec![DataType::Timestamp(
+            TimeUnit::Microsecond,
+            Some(Arc::from("UTC")),
+        )],
+        DataType::Boolean,
+        imm,
+        Arc::new(|args: &[ColumnarValue]| -> Result<ColumnarValue> {
+            Ok(match &args[0] {
+                ColumnarValue::Scalar(v) => {
+                    ColumnarValue::Scalar(ScalarValue::Boolean((!v.is_null()).then_some(true)))
+                }
+                ColumnarValue::Array(a) => ColumnarValue::Array(Arc::new(
+                    (0..a.len())
+                        .map(|i| a.is_valid(i).then_some(true))
+                        .collect::<arrow::array::BooleanArray>(),
+                )),
+            })
+        }),
+    ));
+    if let Ok(f) = ctx.udf("uuid") {
+        ctx.register_udf(f.as_ref().clone().with_aliases(["gen_random_uuid"]));
+    }
     let f64s = |n: usize| TypeSignature::Uniform(n, vec![DataType::Float64]);
     ctx.register_udf(ScalarUDF::from(IntervalScale::new(false)));
     ctx.register_udf(ScalarUDF::from(IntervalScale::new(true)));
