@@ -2,6 +2,7 @@
 //! session functions clients call on connect (`version()`, `current_setting()`,
 //! `current_database()`, `current_schema()`, `pg_backend_pid()`).
 
+pub mod format;
 pub mod histogram;
 pub mod pgcast;
 pub mod pgcoerce;
@@ -169,6 +170,7 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
     ctx.register_udf(ScalarUDF::from(to_char::ToChar::new(settings.clone())));
     session_zone::register(ctx);
     to_timestamp::register(ctx);
+    ctx.register_udf(ScalarUDF::from(format::Format::default()));
     pgfuncs::register(ctx);
     // PostgreSQL's names for functions DataFusion has under another.
     for (df, pg) in [("ceil", "ceiling"), ("signum", "sign")] {
