@@ -279,6 +279,33 @@ impl VisitorMut for Normalize {
                 *expr = call(name, vec![*iv, n]);
             }
         }
+        // `ts AT TIME ZONE z` is PostgreSQL's timezone(z, ts); `date_trunc(u, ts, z)`
+        // truncates the wall-clock time in z.
+        if let ast::Expr::AtTimeZone {
+            timestamp,
+            time_zone,
+        } = expr
+        {
+            let null = || ast::Expr::value(ast::Value::Null);
+            let ts = std::mem::replace(timestamp.as_mut(), null());
+            let zone = std::mem::replace(time_zone.as_mut(), null());
+            *expr = call("timezone", vec![zone, ts]);
+        }
+        if let ast::Expr::Function(f) = expr
+            && function_name(f) == "date_trunc"
+            && let ast::FunctionArguments::List(list) = &mut f.args
+            && let [
+                unit,
+                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(ts)),
+                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(zone)),
+            ] = list.args.as_slice()
+        {
+            let zone = zone.clone();
+            let local = call("timezone", vec![zone.clone(), ts.clone()]);
+            list.args = vec![unit.clone(), unnamed(local)];
+            let truncated = std::mem::replace(expr, ast::Expr::value(ast::Value::Null));
+            *expr = call("timezone", vec![zone, truncated]);
+        }
         // EXTRACT is date_part (DataFusion plans it with its own, UTC-only, function
         // instead of the session-zone one registered under that name), as numeric.
         if let ast::Expr::Extract {

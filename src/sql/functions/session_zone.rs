@@ -2,7 +2,8 @@
 //! zone, as PostgreSQL computes them (`date_trunc('day', t)` under
 //! `TimeZone = 'Europe/Berlin'` is Berlin's midnight): DataFusion's own functions
 //! work in the zone of the value's type, which is always UTC for stored columns.
-//! `date_part` is float8 with fractional seconds, as in PostgreSQL.
+//! `date_part` is float8 with fractional seconds, and `AT TIME ZONE` converts
+//! between timestamptz and wall-clock timestamp, as in PostgreSQL.
 
 use std::sync::Arc;
 
@@ -136,9 +137,132 @@ fn date_part_float(inner: &ScalarUDF, mut args: ScalarFunctionArgs) -> Result<Co
 /// Replaces DataFusion's `date_trunc` and `date_part` in `ctx` by their
 /// session-zone forms.
 pub fn register(ctx: &SessionContext) {
+    ctx.register_udf(ScalarUDF::from(AtTimeZone::default()));
     for name in ["date_trunc", "date_part"] {
         if let Ok(inner) = ctx.udf(name) {
             ctx.register_udf(ScalarUDF::new_from_impl(InSessionZone { inner }));
         }
+    }
+}
+
+/// `ts AT TIME ZONE zone` (PostgreSQL's `timezone(zone, ts)`): a `timestamptz`
+/// becomes the wall-clock `timestamp` in `zone`; a `timestamp` is read as wall-clock
+/// time in `zone` and becomes a `timestamptz`. (DataFusion only relabels the zone
+/// of a timestamptz, which PostgreSQL never does.)
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct AtTimeZone {
+    signature: Signature,
+}
+
+impl Default for AtTimeZone {
+    fn default() -> Self {
+        AtTimeZone {
+            signature: Signature::user_defined(datafusion::logical_expr::Volatility::Immutable),
+        }
+    }
+}
+
+fn micros(zone_aware: bool) -> DataType {
+    use arrow::datatypes::TimeUnit;
+    if zone_aware {
+        DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("UTC")))
+    } else {
+        DataType::Timestamp(TimeUnit::Microsecond, None)
+    }
+}
+
+/// A zone name (`Europe/Berlin`, `UTC`) or offset (`+02:00`).
+enum Zone {
+    Named(chrono_tz::Tz),
+    Fixed(chrono::FixedOffset),
+}
+
+fn zone_of(name: &str) -> Result<Zone> {
+    if let Ok(z) = name.parse::<chrono_tz::Tz>() {
+        return Ok(Zone::Named(z));
+    }
+    // A bare offset is POSIX-style in PostgreSQL: '+05:30' is west of Greenwich.
+    if let Some(o) = super::pgtext::parse_offset(name)
+        && let Some(west) = chrono::FixedOffset::east_opt(-o.local_minus_utc())
+    {
+        return Ok(Zone::Fixed(west));
+    }
+    Err(crate::Error::sql("22023", format!("time zone \"{name}\" not recognized")).into())
+}
+
+impl ScalarUDFImpl for AtTimeZone {
+    fn name(&self) -> &str {
+        "timezone"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
+        match args {
+            [_, DataType::Timestamp(_, tz)] => Ok(vec![DataType::Utf8, micros(tz.is_some())]),
+            [_, DataType::Date32] => Ok(vec![DataType::Utf8, micros(false)]),
+            // An untyped literal is a timestamptz, as PostgreSQL resolves it.
+            [_, _] => Ok(vec![DataType::Utf8, micros(true)]),
+            _ => datafusion::common::plan_err!("timezone(zone, timestamp) takes two arguments"),
+        }
+    }
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(micros(!matches!(
+            args.get(1),
+            Some(DataType::Timestamp(_, Some(_)))
+        )))
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use arrow::array::{Array, AsArray, TimestampMicrosecondArray};
+        use chrono::{Offset, TimeZone};
+        let n = args.number_rows;
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let zones = args.args[0].to_array(n)?;
+        let zones = zones.as_string::<i32>();
+        let ts = args.args[1].to_array(n)?;
+        let aware = matches!(ts.data_type(), DataType::Timestamp(_, Some(_)));
+        let ts = ts.as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            if zones.is_null(i) || ts.is_null(i) {
+                out.push(None);
+                continue;
+            }
+            let zone = zone_of(zones.value(i))?;
+            let bad = || crate::Error::sql("22008", "timestamp out of range");
+            let v = ts.value(i);
+            let at = chrono::DateTime::from_timestamp_micros(v).ok_or_else(bad)?;
+            let shifted = if aware {
+                // UTC instant → wall clock in the zone.
+                let offset = match &zone {
+                    Zone::Named(z) => z.offset_from_utc_datetime(&at.naive_utc()).fix(),
+                    Zone::Fixed(o) => *o,
+                };
+                v + i64::from(offset.local_minus_utc()) * 1_000_000
+            } else {
+                // Wall clock in the zone → UTC instant.
+                let local = at.naive_utc();
+                let offset = match &zone {
+                    Zone::Named(z) => z
+                        .offset_from_local_datetime(&local)
+                        .earliest()
+                        .map(|o| o.fix())
+                        .unwrap_or_else(|| z.offset_from_utc_datetime(&local).fix()),
+                    Zone::Fixed(o) => *o,
+                };
+                v - i64::from(offset.local_minus_utc()) * 1_000_000
+            };
+            out.push(Some(shifted));
+        }
+        let arr = TimestampMicrosecondArray::from(out);
+        let arr: arrow::array::ArrayRef = if aware {
+            Arc::new(arr)
+        } else {
+            Arc::new(arr.with_timezone("UTC"))
+        };
+        super::columnar(arr, scalar)
     }
 }
