@@ -209,6 +209,32 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 DataType::Decimal128(38, 0),
             )))
         }
+        // trunc(numeric, n) has n fraction digits, as PostgreSQL prints it
+        // (`trunc(2.567, 2)` is `2.56`, not `2.560`).
+        Expr::ScalarFunction(f)
+            if f.func.name() == "trunc"
+                && f.args.len() == 2
+                && matches!(
+                    (type_of(&f.args[0], schema), &f.args[1]),
+                    (Some(DataType::Decimal128(_, s)), Expr::Literal(v, _))
+                        if v.clone().cast_to(&DataType::Int64).ok().and_then(|v| match v {
+                            ScalarValue::Int64(Some(n)) => Some(n),
+                            _ => None,
+                        }).is_some_and(|n| (0..i64::from(s)).contains(&n))
+                ) =>
+        {
+            let n = match f.args[1].clone() {
+                Expr::Literal(v, _) => match v.cast_to(&DataType::Int64) {
+                    Ok(ScalarValue::Int64(Some(n))) => n as i8,
+                    _ => 0,
+                },
+                _ => 0,
+            };
+            Transformed::yes(Expr::Cast(Cast::new(
+                Box::new(Expr::ScalarFunction(f)),
+                DataType::Decimal128(38, n),
+            )))
+        }
         // Functions whose arguments unify to one type, as CASE branches do.
         Expr::ScalarFunction(mut f)
             if matches!(f.func.name(), "coalesce" | "greatest" | "least" | "nullif") =>
