@@ -69,21 +69,7 @@ pub fn rewrite(sql: &str) -> String {
         }
         i += 1;
     }
-    if edits.is_empty() {
-        return sql.to_string();
-    }
-    let mut out = String::with_capacity(sql.len() + 32);
-    let mut pos = 0;
-    for (from, to, text) in edits {
-        if from < pos || to > sql.len() {
-            return sql.to_string();
-        }
-        out.push_str(&sql[pos..from]);
-        out.push_str(&text);
-        pos = to;
-    }
-    out.push_str(&sql[pos..]);
-    out
+    apply(sql, edits)
 }
 
 /// FETCH and MOVE in the one form sqlparser reads: `FETCH dir FROM name`, with
@@ -122,21 +108,7 @@ fn moves(sql: &str) -> String {
         };
         edits.push((from, to, canonical));
     }
-    if edits.is_empty() {
-        return sql.to_string();
-    }
-    let mut out = String::with_capacity(sql.len() + 32);
-    let mut pos = 0;
-    for (from, to, text) in edits {
-        if from < pos || to > sql.len() {
-            return sql.to_string();
-        }
-        out.push_str(&sql[pos..from]);
-        out.push_str(&text);
-        pos = to;
-    }
-    out.push_str(&sql[pos..]);
-    out
+    apply(sql, edits)
 }
 
 /// `[direction] [FROM | IN] name` as canonical FETCH text; `None` leaves the
@@ -202,6 +174,23 @@ fn fetch_text(t: &[&TokenWithSpan], is_move: bool) -> Option<String> {
         (true, true) => format!(" INTO {MOVE_MARK}{NEGATIVE_MARK}"),
     };
     Some(format!("FETCH {dir} FROM {name}{mark}"))
+}
+
+/// `sql` with each `(from, to, text)` byte range replaced (ranges in order);
+/// unchanged if they overlap or run past the end.
+fn apply(sql: &str, edits: Vec<(usize, usize, String)>) -> String {
+    let mut out = String::with_capacity(sql.len() + 32);
+    let mut pos = 0;
+    for (from, to, text) in edits {
+        if from < pos || to > sql.len() {
+            return sql.to_string();
+        }
+        out.push_str(&sql[pos..from]);
+        out.push_str(&text);
+        pos = to;
+    }
+    out.push_str(&sql[pos..]);
+    out
 }
 
 fn is_kw(t: &Token, kw: &str) -> bool {

@@ -154,15 +154,8 @@ impl ScalarUDFImpl for Format {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let n = args.number_rows;
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let cols = args
-            .args
-            .iter()
-            .map(|a| a.to_array(n).and_then(|a| texts(&a)))
-            .collect::<Result<Vec<_>>>()?;
+        let (arrays, scalar) = super::pgfuncs::arrays_of(&args)?;
+        let cols = arrays.iter().map(texts).collect::<Result<Vec<_>>>()?;
         let Some((template, rest)) = cols.split_first() else {
             return Err(err("42883", "function format() needs a template"));
         };

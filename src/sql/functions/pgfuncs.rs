@@ -80,7 +80,7 @@ fn scale_interval(
 
 /// The arguments as arrays of the batch's length, and whether all were scalars
 /// (the result is then a scalar too).
-fn arrays_of(args: &ScalarFunctionArgs) -> Result<(Vec<ArrayRef>, bool)> {
+pub(super) fn arrays_of(args: &ScalarFunctionArgs) -> Result<(Vec<ArrayRef>, bool)> {
     let scalar = args
         .args
         .iter()

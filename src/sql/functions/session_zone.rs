@@ -216,13 +216,9 @@ impl ScalarUDFImpl for AtTimeZone {
         use arrow::array::{Array, AsArray, TimestampMicrosecondArray};
         use chrono::{Offset, TimeZone};
         let n = args.number_rows;
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let zones = args.args[0].to_array(n)?;
-        let zones = zones.as_string::<i32>();
-        let ts = args.args[1].to_array(n)?;
+        let (arrays, scalar) = super::pgfuncs::arrays_of(&args)?;
+        let zones = arrays[0].as_string::<i32>();
+        let ts = &arrays[1];
         let aware = matches!(ts.data_type(), DataType::Timestamp(_, Some(_)));
         let ts = ts.as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
         let mut out = Vec::with_capacity(n);
