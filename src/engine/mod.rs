@@ -25,6 +25,7 @@ use crate::catalog::{Catalog, DatabaseDef, FileEdit, FileMeta, Retention, TableD
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Snapshot};
+use crate::storage::derived_rows::DerivedRows;
 use crate::storage::rewrite::{self, FileStore, Rewrite};
 use crate::storage::stats_cache::StatsCache;
 use crate::wal::Wal;
@@ -62,6 +63,8 @@ pub struct Engine {
     jobs: Jobs,
     /// Typed file statistics for chunk pruning, per table version.
     file_stats: Arc<StatsCache>,
+    /// Rows derived per chunk file (newest rows per series).
+    derived_rows: Arc<DerivedRows>,
     background: Background,
     _lock: File,
 }
@@ -129,6 +132,7 @@ impl Engine {
             compact_lock: tokio::sync::Mutex::new(()),
             jobs: Default::default(),
             file_stats: Default::default(),
+            derived_rows: Default::default(),
             background: Background::new(CancellationToken::new()),
             _lock: lock,
         });
@@ -184,6 +188,11 @@ impl Engine {
     /// Typed file statistics for pruning, cached per table version.
     pub fn file_stats(&self) -> &Arc<StatsCache> {
         &self.file_stats
+    }
+
+    /// Rows derived from chunk files, kept per file path.
+    pub fn derived_rows(&self) -> &Arc<DerivedRows> {
+        &self.derived_rows
     }
 
     /// Validates `batch` for `table`, makes it durable and visible; returns rows written.

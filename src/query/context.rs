@@ -69,6 +69,7 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContex
         .with_runtime_env(engine.runtime().clone())
         .with_default_features()
         .with_analyzer_rules(rules)
+        .with_optimizer_rule(Arc::new(super::latest::LatestRows))
         .build();
     let ctx = SessionContext::new_with_state(state);
     ctx.register_catalog(

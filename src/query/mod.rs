@@ -1,10 +1,12 @@
 //! Query side: the connection's DataFusion context and catalog/schema providers,
 //! the hypertable table provider (chunk pruning by statistics, scans of Parquet
 //! files and memtable rows, last-write-wins merging), and the TimescaleDB-style
-//! system views (`timescaledb_information.*`).
+//! system views (`timescaledb_information.*`); the newest-rows-per-series path
+//! (`latest`) for lastpoint-style queries.
 
 pub mod context;
 pub mod dedup;
+pub mod latest;
 pub mod provider;
 pub mod staged;
 pub mod system;

@@ -78,6 +78,11 @@ impl HypertableProvider {
         &self.table
     }
 
+    /// The engine whose files and memtables the scans read.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
     /// Scans of files and memtable rows that need no merging.
     #[allow(clippy::too_many_arguments)]
     fn plain_inputs(
@@ -115,7 +120,7 @@ impl HypertableProvider {
     /// and page indexes come from the runtime's metadata cache (chunk files never
     /// change: a rewrite gets a new path).
     #[allow(clippy::too_many_arguments)]
-    fn parquet_scan(
+    pub(crate) fn parquet_scan(
         &self,
         state: &dyn Session,
         schema: &SchemaRef,
@@ -221,7 +226,7 @@ impl HypertableProvider {
 }
 
 /// The columns `cols` (by position) of `input`'s rows.
-fn select_columns(
+pub(crate) fn select_columns(
     input: Arc<dyn ExecutionPlan>,
     cols: &[usize],
 ) -> DfResult<Arc<dyn ExecutionPlan>> {
@@ -602,43 +607,8 @@ impl HypertableProvider {
             Some(e) => Some(state.create_physical_expr(e, &df_schema)?),
             None => None,
         };
-        // Line-protocol tables merge duplicate points at read time: a file may only be
-        // skipped on what identifies a point (tags, time), never on a field value an
-        // older copy of the point might have differently.
-        let prune_on = if table.dedups() {
-            let keys: Vec<&String> = table
-                .series_key
-                .iter()
-                .chain(table.time_column.iter())
-                .collect();
-            let safe: Vec<Expr> = filters
-                .iter()
-                .filter(|e| e.column_refs().iter().all(|c| keys.contains(&&c.name)))
-                .cloned()
-                .collect();
-            match conjunction(safe) {
-                Some(e) => Some(state.create_physical_expr(e, &df_schema)?),
-                None => None,
-            }
-        } else {
-            physical.clone()
-        };
-        let pruning = prune_on.and_then(|p| {
-            PruningPredicateBuilder::new()
-                .with_file_schema(schema.clone())
-                .build(p)
-        });
-
-        // Files.
         let table_stats = self.engine.file_stats().for_table(&table);
-        let keep_files = prune(pruning.as_deref(), &table_stats);
-        // Memtable chunks: only the time range of the chunk is known.
-        let mem_meta: Vec<FileMeta> = view
-            .mem
-            .iter()
-            .map(|(start, batches)| mem_chunk_meta(&table, *start, batches))
-            .collect();
-        let keep_mem = prune(pruning.as_deref(), &FileStats::new(&schema, &mem_meta));
+        let (keep_files, keep_mem) = kept_sources(state, &table, &view.mem, filters, &table_stats)?;
 
         let mut all_chunks = BTreeSet::new();
         let mut kept_chunks = BTreeSet::new();
@@ -781,6 +751,52 @@ impl HypertableProvider {
             input,
         }))
     }
+}
+
+/// Which of `table`'s files and memtable chunks (`mem`) the statistics allow a row
+/// matching `filters` in. Line-protocol tables merge duplicate points at read time:
+/// a file may only be skipped on what identifies a point (tags, time), never on a
+/// field value an older copy of the point might have differently.
+pub(crate) fn kept_sources(
+    state: &dyn Session,
+    table: &TableDef,
+    mem: &[(i64, Vec<MemBatch>)],
+    filters: &[Expr],
+    table_stats: &impl PruningStatistics,
+) -> DfResult<(Vec<bool>, Vec<bool>)> {
+    let schema = table.schema();
+    let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+    let safe: Vec<Expr> = if table.dedups() {
+        let keys: Vec<&String> = table
+            .series_key
+            .iter()
+            .chain(table.time_column.iter())
+            .collect();
+        filters
+            .iter()
+            .filter(|e| e.column_refs().iter().all(|c| keys.contains(&&c.name)))
+            .cloned()
+            .collect()
+    } else {
+        filters.to_vec()
+    };
+    let prune_on = match conjunction(safe) {
+        Some(e) => Some(state.create_physical_expr(e, &df_schema)?),
+        None => None,
+    };
+    let pruning = prune_on.and_then(|p| {
+        PruningPredicateBuilder::new()
+            .with_file_schema(schema.clone())
+            .build(p)
+    });
+    let keep_files = prune(pruning.as_deref(), table_stats);
+    // Memtable chunks: only the time range of the chunk is known.
+    let mem_meta: Vec<FileMeta> = mem
+        .iter()
+        .map(|(start, batches)| mem_chunk_meta(table, *start, batches))
+        .collect();
+    let keep_mem = prune(pruning.as_deref(), &FileStats::new(&schema, &mem_meta));
+    Ok((keep_files, keep_mem))
 }
 
 /// Statistics of an in-memory chunk: its time range, nothing else.

@@ -55,6 +55,7 @@ pub fn default_settings(db: &str, user: &str) -> Settings {
     m.insert("server_version".into(), "15.6".into());
     m.insert("session_authorization".into(), user.to_string());
     m.insert("sundial.database".into(), db.to_string());
+    m.insert(LATEST_ROWS.into(), "on".into());
     Arc::new(RwLock::new(m))
 }
 
@@ -143,6 +144,10 @@ fn value_text(values: &[Expr]) -> Result<String> {
     Ok(parts.join(", "))
 }
 
+/// Whether queries that need only each series' newest rows read only those
+/// (`on`, the default) or every row (`off`: for comparing answers).
+pub const LATEST_ROWS: &str = "sundial.latest_rows";
+
 fn set(session: &Session, name: &str, value: String) -> Result<()> {
     let k = key(name);
     let value = if k == "timezone" {
@@ -156,6 +161,30 @@ fn set(session: &Session, name: &str, value: String) -> Result<()> {
     } else {
         value
     };
+    if k == LATEST_ROWS {
+        let on = match value.to_ascii_lowercase().as_str() {
+            "on" | "true" | "1" | "yes" | "default" => true,
+            "off" | "false" | "0" | "no" => false,
+            _ => {
+                return Err(Error::sql(
+                    "22023",
+                    format!("parameter \"{LATEST_ROWS}\" requires a Boolean value"),
+                ));
+            }
+        };
+        let rule = crate::query::latest::LatestRows;
+        session
+            .ctx
+            .remove_optimizer_rule(datafusion::optimizer::OptimizerRule::name(&rule));
+        if on {
+            session.ctx.add_optimizer_rule(Arc::new(rule));
+        }
+        session
+            .settings
+            .write()
+            .insert(k, if on { "on" } else { "off" }.into());
+        return Ok(());
+    }
     if k == "timezone" {
         let tz = value.clone();
         session
@@ -262,6 +291,7 @@ pub fn execute(session: &Session, stmt: &Statement) -> Result<Option<Output>> {
                     }
                     *session.settings.write() = d;
                     set(session, "timezone", "UTC".into())?;
+                    set(session, LATEST_ROWS, "on".into())?;
                 }
                 ast::Reset::ConfigurationParameter(name) => {
                     let k = key(&name.to_string());

@@ -22,6 +22,7 @@ use crate::catalog::{ColumnStats, FileMeta, SqlType, TableDef};
 use crate::error::{Error, Result};
 
 pub mod dedup;
+pub mod derived_rows;
 pub mod rewrite;
 pub mod stats_cache;
 
