@@ -531,6 +531,7 @@ impl TableProvider for LatestRowsProvider {
             sources,
             files,
             cached,
+            files_pruned: table.files.len() - files,
             mem_batches,
             props,
         });
@@ -583,6 +584,7 @@ pub struct LatestRowsExec {
     sources: Vec<Source>,
     files: usize,
     cached: usize,
+    files_pruned: usize,
     mem_batches: usize,
     props: Arc<PlanProperties>,
 }
@@ -591,12 +593,13 @@ impl DisplayAs for LatestRowsExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "LatestRowsExec: table={}, newest={} per ({}), files={} (rows kept for {}), memtable_batches={}",
+            "LatestRowsExec: table={}, newest={} per ({}), files={} (rows kept for {}), files_pruned={}, memtable_batches={}",
             self.table,
             self.per,
             self.unit_names.join(", "),
             self.files,
             self.cached,
+            self.files_pruned,
             self.mem_batches
         )
     }
@@ -665,7 +668,7 @@ impl ExecutionPlan for LatestRowsExec {
             for s in work {
                 match s {
                     Source::Rows(b) => parts.push(b),
-                    Source::Mem(b) => parts.push(newest(&b, &unit, time, per)?),
+                    Source::Mem(b) => parts.push(mem_newest(&b, &unit, time, per, &what)?),
                     Source::File { path, read } => {
                         let mut acc: Option<RecordBatch> = None;
                         let n = read.properties().partitioning.partition_count();
@@ -701,6 +704,50 @@ impl ExecutionPlan for LatestRowsExec {
             futures::stream::once(fut),
         )))
     }
+}
+
+/// [`newest`] of a memtable batch, remembered while the batch lives: memtable
+/// batches never change, and a busy memtable holds many, most of them already seen
+/// by the previous query. An entry is found by the address of the batch's first
+/// column and holds a weak reference to it, so it can never be taken for another
+/// batch's (the address stays taken while the weak reference exists).
+fn mem_newest(
+    batch: &RecordBatch,
+    unit: &[usize],
+    time: usize,
+    n: usize,
+    what: &str,
+) -> DfResult<RecordBatch> {
+    type Entry = (std::sync::Weak<dyn Array>, String, RecordBatch);
+    static SEEN: std::sync::LazyLock<
+        parking_lot::Mutex<std::collections::HashMap<usize, Vec<Entry>>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let Some(first) = batch.columns().first() else {
+        return newest(batch, unit, time, n);
+    };
+    let addr = Arc::as_ptr(first) as *const u8 as usize;
+    {
+        let mut seen = SEEN.lock();
+        seen.retain(|_, v| {
+            v.retain(|(w, _, _)| w.strong_count() > 0);
+            !v.is_empty()
+        });
+        if let Some(v) = seen.get(&addr)
+            && let Some((_, _, rows)) = v.iter().find(|(w, w_what, _)| {
+                w_what == what && w.upgrade().is_some_and(|a| Arc::ptr_eq(&a, first))
+            })
+            && rows.schema() == batch.schema()
+        {
+            return Ok(rows.clone());
+        }
+    }
+    let rows = newest(batch, unit, time, n)?;
+    SEEN.lock().entry(addr).or_default().push((
+        Arc::downgrade(first),
+        what.to_string(),
+        rows.clone(),
+    ));
+    Ok(rows)
 }
 
 /// The rows of `batch` among the newest `n` of their `unit` value (by column
