@@ -70,6 +70,7 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContex
         .with_default_features()
         .with_analyzer_rules(rules)
         .with_optimizer_rule(Arc::new(super::latest::LatestRows))
+        .with_optimizer_rule(Arc::new(super::newest_buckets::NewestBuckets))
         .build();
     let ctx = SessionContext::new_with_state(state);
     ctx.register_catalog(

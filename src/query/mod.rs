@@ -2,11 +2,13 @@
 //! the hypertable table provider (chunk pruning by statistics, scans of Parquet
 //! files and memtable rows, last-write-wins merging), and the TimescaleDB-style
 //! system views (`timescaledb_information.*`); the newest-rows-per-series path
-//! (`latest`) for lastpoint-style queries.
+//! (`latest`) for lastpoint-style queries and the newest-window path for the newest
+//! k time buckets (`newest_buckets`).
 
 pub mod context;
 pub mod dedup;
 pub mod latest;
+pub mod newest_buckets;
 pub mod provider;
 pub mod staged;
 pub mod system;

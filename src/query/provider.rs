@@ -78,6 +78,25 @@ impl HypertableProvider {
         &self.table
     }
 
+    /// The oldest and newest time stored now (files and memtable), the newest capped
+    /// at `upper`; `None` when nothing is stored.
+    pub fn time_span(&self, upper: Option<i64>) -> Option<(i64, i64)> {
+        let view = self.engine.view(self.table.id)?;
+        let table = &view.table;
+        let spans = table.files.iter().map(|f| file_time_range(table, f)).chain(
+            view.mem
+                .iter()
+                .flat_map(|(_, b)| b.iter().map(|b| (b.min_time, b.max_time))),
+        );
+        let (lo, hi) = spans.fold(None, |acc: Option<(i64, i64)>, (a, b)| {
+            Some(match acc {
+                None => (a, b),
+                Some((lo, hi)) => (lo.min(a), hi.max(b)),
+            })
+        })?;
+        Some((lo, upper.map_or(hi, |u| hi.min(u))))
+    }
+
     /// The engine whose files and memtables the scans read.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine

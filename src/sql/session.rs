@@ -56,6 +56,7 @@ pub fn default_settings(db: &str, user: &str) -> Settings {
     m.insert("session_authorization".into(), user.to_string());
     m.insert("sundial.database".into(), db.to_string());
     m.insert(LATEST_ROWS.into(), "on".into());
+    m.insert(NEWEST_BUCKETS.into(), "on".into());
     Arc::new(RwLock::new(m))
 }
 
@@ -147,6 +148,9 @@ fn value_text(values: &[Expr]) -> Result<String> {
 /// Whether queries that need only each series' newest rows read only those
 /// (`on`, the default) or every row (`off`: for comparing answers).
 pub const LATEST_ROWS: &str = "sundial.latest_rows";
+/// Whether `GROUP BY bucket ORDER BY bucket DESC LIMIT k` reads only the newest
+/// window holding k buckets (`on`, the default) or every row in the range (`off`).
+pub const NEWEST_BUCKETS: &str = "sundial.newest_buckets";
 
 fn set(session: &Session, name: &str, value: String) -> Result<()> {
     let k = key(name);
@@ -161,23 +165,26 @@ fn set(session: &Session, name: &str, value: String) -> Result<()> {
     } else {
         value
     };
-    if k == LATEST_ROWS {
+    if k == LATEST_ROWS || k == NEWEST_BUCKETS {
         let on = match value.to_ascii_lowercase().as_str() {
             "on" | "true" | "1" | "yes" | "default" => true,
             "off" | "false" | "0" | "no" => false,
             _ => {
                 return Err(Error::sql(
                     "22023",
-                    format!("parameter \"{LATEST_ROWS}\" requires a Boolean value"),
+                    format!("parameter \"{k}\" requires a Boolean value"),
                 ));
             }
         };
-        let rule = crate::query::latest::LatestRows;
-        session
-            .ctx
-            .remove_optimizer_rule(datafusion::optimizer::OptimizerRule::name(&rule));
+        let rule: Arc<dyn datafusion::optimizer::OptimizerRule + Send + Sync> = if k == LATEST_ROWS
+        {
+            Arc::new(crate::query::latest::LatestRows)
+        } else {
+            Arc::new(crate::query::newest_buckets::NewestBuckets)
+        };
+        session.ctx.remove_optimizer_rule(rule.name());
         if on {
-            session.ctx.add_optimizer_rule(Arc::new(rule));
+            session.ctx.add_optimizer_rule(rule);
         }
         session
             .settings
@@ -292,6 +299,7 @@ pub fn execute(session: &Session, stmt: &Statement) -> Result<Option<Output>> {
                     *session.settings.write() = d;
                     set(session, "timezone", "UTC".into())?;
                     set(session, LATEST_ROWS, "on".into())?;
+                    set(session, NEWEST_BUCKETS, "on".into())?;
                 }
                 ast::Reset::ConfigurationParameter(name) => {
                     let k = key(&name.to_string());
