@@ -37,6 +37,10 @@ enum BenchCommand {
     /// Generate TSBS-style data (or read a line-protocol file) and post it over HTTP
     /// with several workers, printing the TSBS loaders' summary.
     Load(sundial::loadgen::LoadArgs),
+    /// Generate TSBS's queries for the loaded data and time them (simple query
+    /// protocol, one connection); with --compare-dsn also check the answers against a
+    /// second server (e.g. PostgreSQL holding the same rows).
+    Query(sundial::loadgen::QueryArgs),
 }
 
 #[derive(clap::Args, Debug, Default, Clone)]
@@ -123,6 +127,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(a)) => a,
         None => cli.serve,
         Some(Command::Bench(BenchCommand::Load(a))) => return bench_load(a),
+        Some(Command::Bench(BenchCommand::Query(a))) => return bench_query(a),
     };
     let config = match load(&args) {
         Ok(c) => c,
@@ -142,6 +147,16 @@ fn main() -> ExitCode {
 
 fn bench_load(args: sundial::loadgen::LoadArgs) -> ExitCode {
     run_to_exit(sundial::loadgen::run(args))
+}
+
+fn bench_query(args: sundial::loadgen::QueryArgs) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    run_to_exit(sundial::loadgen::run_queries(args))
 }
 
 /// Runs `fut` on a multi-threaded runtime; an error is one `sundial: error:` line.

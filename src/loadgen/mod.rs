@@ -1,9 +1,11 @@
-//! Line-protocol load tool after TSBS (`tsbs_generate_data` + `tsbs_load_influx`): makes
-//! devops cpu-only or iot data (or reads a file) on one blocking thread, and POSTs it in
-//! batches from concurrent workers to `/write`, printing TSBS-style progress and a summary.
+//! TSBS-style benchmark tools. This file is the load tool (`tsbs_generate_data` +
+//! `tsbs_load_influx`): devops or iot data (or a file) POSTed in batches to `/write` by
+//! concurrent workers; `queries` and `query_run` are the query benchmark (`bench query`).
 
 mod devops;
 mod iot;
+mod queries;
+mod query_run;
 mod source;
 
 #[cfg(test)]
@@ -22,6 +24,16 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use tokio::sync::mpsc;
+
+pub use queries::{
+    DEVOPS_TYPES, GenerateError, IOT_TYPES, Query, QueryGenerator, QueryShape, QueryType,
+    query_types, select_types,
+};
+pub use query_run::{
+    Failure, Mismatch, QueryArgs, QueryError, QueryReport, RowDiff, Rows, Side, Timings,
+    TypeResult, bench, compare_rows, connect, generate as generate_queries,
+    render as render_report, run as run_queries, run_once, script,
+};
 
 use devops::CpuOnly;
 use iot::Iot;

@@ -1,3 +1,4 @@
+mod bench_query;
 mod chunks;
 mod copy;
 mod differential;

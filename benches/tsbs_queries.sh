@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# TSBS query benchmark, Sundial against PostgreSQL 15: starts Sundial on a fresh data
+# directory, loads TSBS data with `bench load`, compacts, copies the rows into a scratch
+# PostgreSQL 15 (plain tables, indexes (tag, time DESC) and (time DESC)), then runs
+# `bench query --compare-dsn` (times both, checks every answer) and prints its table.
+# Usage: bash benches/tsbs_queries.sh BIN   (BIN: a release `sundial` binary)
+# Environment: SCALE (100), USE_CASE (cpu-only | iot), QUERIES (20), RUNS (3), SEED (1),
+#   TYPES (all), START / END (2016-01-01T00:00:00Z / 2016-01-02T00:00:00Z), WORK (/tmp/bq),
+#   SD_PG_PORT (25432), SD_HTTP_PORT (28086), PG_PORT (54331).
+set -euo pipefail
+BIN="$(realpath "${1:?usage: bash benches/tsbs_queries.sh BIN}")"
+SCALE="${SCALE:-100}"
+USE_CASE="${USE_CASE:-cpu-only}"
+QUERIES="${QUERIES:-20}"
+RUNS="${RUNS:-3}"
+SEED="${SEED:-1}"
+TYPES="${TYPES:-all}"
+START="${START:-2016-01-01T00:00:00Z}"
+END="${END:-2016-01-02T00:00:00Z}"
+WORK="${WORK:-/tmp/bq}"
+SD_PG_PORT="${SD_PG_PORT:-25432}"
+SD_HTTP_PORT="${SD_HTTP_PORT:-28086}"
+PG_PORT="${PG_PORT:-54331}"
+
+PG_BIN=/usr/lib/postgresql/15/bin
+if [ ! -x "$PG_BIN/pg_ctl" ]; then
+    PG_BIN="$(dirname "$(command -v pg_ctl)")"
+fi
+as_postgres() {
+    if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi
+}
+
+rm -rf "$WORK"
+mkdir -p "$WORK/pg"
+chown postgres "$WORK/pg" 2>/dev/null || true
+SUNDIAL_PID=
+cleanup() {
+    if [ -n "$SUNDIAL_PID" ]; then kill "$SUNDIAL_PID" 2>/dev/null || true; fi
+    as_postgres "$PG_BIN/pg_ctl" -D "$WORK/pg/data" -m immediate stop >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+SD="host=127.0.0.1 port=$SD_PG_PORT user=postgres dbname=benchmark"
+PG="host=127.0.0.1 port=$PG_PORT user=postgres dbname=postgres"
+if [ "$USE_CASE" = iot ]; then TABLES="readings diagnostics"; TAG=name; else TABLES=cpu; TAG=hostname; fi
+
+echo "== Sundial: serve, load ($USE_CASE, scale $SCALE, $START .. $END), compact"
+"$BIN" serve --data-dir "$WORK/data" --pg-addr "127.0.0.1:$SD_PG_PORT" \
+    --http-addr "127.0.0.1:$SD_HTTP_PORT" >"$WORK/sundial.out" 2>"$WORK/sundial.err" &
+SUNDIAL_PID=$!
+for _ in $(seq 300); do grep -q "SUNDIAL READY" "$WORK/sundial.out" && break; sleep 0.1; done
+grep -q "SUNDIAL READY" "$WORK/sundial.out" || { cat "$WORK/sundial.err"; exit 1; }
+"$BIN" bench load --url "http://127.0.0.1:$SD_HTTP_PORT" --use-case "$USE_CASE" --scale "$SCALE" \
+    --timestamp-start "$START" --timestamp-end "$END" --reporting-period 0s
+psql -X -q -A -t "$SD" -c 'SELECT sundial_compact()' >/dev/null
+for t in $TABLES; do
+    echo "sundial $t rows: $(psql -X -A -t "$SD" -c "SELECT count(*) FROM $t")"
+done
+
+echo "== PostgreSQL 15: initdb, start on port $PG_PORT, copy the rows, index"
+as_postgres "$PG_BIN/initdb" -D "$WORK/pg/data" -A trust -U postgres >/dev/null
+as_postgres "$PG_BIN/pg_ctl" -D "$WORK/pg/data" -l "$WORK/pg/log" -w \
+    -o "-p $PG_PORT -k $WORK/pg -c listen_addresses=127.0.0.1 -c TimeZone=UTC -c shared_buffers=512MB -c work_mem=64MB" \
+    start >/dev/null
+for t in $TABLES; do
+    # The same columns in the same order as Sundial's table, so `SELECT *` matches.
+    COLS=$(psql -X -A -t -F ' ' "$SD" -c "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = '$t' ORDER BY ordinal_position" |
+        awk 'NF { name = $1; $1 = ""; sub(/^ /, ""); printf "%s%s %s", sep, name, $0; sep = ", " }')
+    psql -X -q "$PG" -c "CREATE TABLE $t ($COLS)"
+    psql -X -q "$SD" -c "COPY $t TO STDOUT" | psql -X -q "$PG" -c "COPY $t FROM STDIN"
+    psql -X -q "$PG" -c "CREATE INDEX ON $t ($TAG, time DESC)" -c "CREATE INDEX ON $t (time DESC)" -c "ANALYZE $t"
+    echo "postgres $t rows: $(psql -X -A -t "$PG" -c "SELECT count(*) FROM $t")"
+done
+
+echo "== bench query: --dsn Sundial, --compare-dsn PostgreSQL"
+"$BIN" bench query --dsn "$SD" --compare-dsn "$PG" --use-case "$USE_CASE" --types "$TYPES" \
+    --queries "$QUERIES" --runs "$RUNS" --seed "$SEED" --scale "$SCALE" \
+    --timestamp-start "$START" --timestamp-end "$END"
