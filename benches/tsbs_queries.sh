@@ -6,9 +6,11 @@
 # Usage: bash benches/tsbs_queries.sh BIN   (BIN: a release `sundial` binary)
 # Environment: SCALE (100), USE_CASE (cpu-only | iot), QUERIES (20), RUNS (3), SEED (1),
 #   TYPES (all), START / END (2016-01-01T00:00:00Z / 2016-01-02T00:00:00Z), WORK (/tmp/bq),
-#   SD_PG_PORT (25432), SD_HTTP_PORT (28086), PG_PORT (54331).
+#   SD_PG_PORT (25432), SD_HTTP_PORT (28086), PG_PORT (54331), TOOL (BIN: the binary whose
+#   `bench load` / `bench query` run, so an older server can be measured with today's tool).
 set -euo pipefail
 BIN="$(realpath "${1:?usage: bash benches/tsbs_queries.sh BIN}")"
+TOOL="$(realpath "${TOOL:-$BIN}")"
 SCALE="${SCALE:-100}"
 USE_CASE="${USE_CASE:-cpu-only}"
 QUERIES="${QUERIES:-20}"
@@ -50,7 +52,7 @@ echo "== Sundial: serve, load ($USE_CASE, scale $SCALE, $START .. $END), compact
 SUNDIAL_PID=$!
 for _ in $(seq 300); do grep -q "SUNDIAL READY" "$WORK/sundial.out" && break; sleep 0.1; done
 grep -q "SUNDIAL READY" "$WORK/sundial.out" || { cat "$WORK/sundial.err"; exit 1; }
-"$BIN" bench load --url "http://127.0.0.1:$SD_HTTP_PORT" --use-case "$USE_CASE" --scale "$SCALE" \
+"$TOOL" bench load --url "http://127.0.0.1:$SD_HTTP_PORT" --use-case "$USE_CASE" --scale "$SCALE" \
     --timestamp-start "$START" --timestamp-end "$END" --reporting-period 0s
 psql -X -q -A -t "$SD" -c 'SELECT sundial_compact()' >/dev/null
 for t in $TABLES; do
@@ -73,6 +75,6 @@ for t in $TABLES; do
 done
 
 echo "== bench query: --dsn Sundial, --compare-dsn PostgreSQL"
-"$BIN" bench query --dsn "$SD" --compare-dsn "$PG" --use-case "$USE_CASE" --types "$TYPES" \
+"$TOOL" bench query --dsn "$SD" --compare-dsn "$PG" --use-case "$USE_CASE" --types "$TYPES" \
     --queries "$QUERIES" --runs "$RUNS" --seed "$SEED" --scale "$SCALE" \
     --timestamp-start "$START" --timestamp-end "$END"
