@@ -16,28 +16,24 @@ use arrow::datatypes::{DataType, Int64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
-use datafusion::catalog::default_table_source::{provider_as_source, source_as_provider};
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, ScalarValue};
-use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::expr::{AggregateFunction, WindowFunction};
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
     Aggregate, BinaryExpr, Expr, Filter, LogicalPlan, Operator, Sort, SortExpr,
-    TableProviderFilterPushDown, TableScan, TableType, WindowFunctionDefinition,
+    WindowFunctionDefinition,
 };
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::StreamExt;
 
 use super::provider::{HypertableProvider, kept_sources, select_columns};
-use crate::engine::tx::Staging;
+use super::variant::{ScanVariant, hypertable_of, leaf_plan_methods, one_partition, rewire_scans};
 use crate::storage;
 use crate::storage::derived_rows::DerivedRows;
 
@@ -80,20 +76,9 @@ impl OptimizerRule for LatestRows {
         let Some(unit) = latest_unit(input, keys, time)? else {
             return Ok(Transformed::no(plan));
         };
-        plan.transform_up(|node| match node {
-            LogicalPlan::TableScan(scan) if hypertable_of(&scan).is_some() => {
-                let inner = source_as_provider(&scan.source)?;
-                let source = provider_as_source(Arc::new(LatestRowsProvider {
-                    inner,
-                    unit: unit.clone(),
-                    n,
-                }));
-                Ok(Transformed::yes(LogicalPlan::TableScan(TableScan {
-                    source,
-                    ..scan
-                })))
-            }
-            other => Ok(Transformed::no(other)),
+        rewire_scans(plan, || NewestRowsScan {
+            unit: unit.clone(),
+            n,
         })
     }
 }
@@ -269,13 +254,6 @@ fn not_row_wise(e: &Expr) -> bool {
         .unwrap_or(true)
 }
 
-/// The hypertable a scan reads, when it is one.
-fn hypertable_of(scan: &TableScan) -> Option<Arc<crate::catalog::TableDef>> {
-    let provider = source_as_provider(&scan.source).ok()?;
-    let h = (provider.as_ref() as &dyn std::any::Any).downcast_ref::<HypertableProvider>()?;
-    Some(h.table().clone())
-}
-
 /// Whether `e` is `time > c` or `time >= c` (either side) for a constant `c`: rows
 /// kept by it are newer than rows it drops, so it may be applied after picking the
 /// newest rows.
@@ -423,49 +401,20 @@ fn classify(c: &Expr, tracked: &mut Vec<String>, conds: &mut Vec<Vec<usize>>, ti
 
 /// A hypertable seen through its newest `n` rows per `unit` (per source).
 #[derive(Debug)]
-pub struct LatestRowsProvider {
-    inner: Arc<dyn TableProvider>,
+struct NewestRowsScan {
     unit: Vec<String>,
     n: usize,
 }
 
 #[async_trait]
-impl TableProvider for LatestRowsProvider {
-    fn schema(&self) -> SchemaRef {
-        self.inner.schema()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    fn supports_filters_pushdown(
-        &self,
-        filters: &[&Expr],
-    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        self.inner.supports_filters_pushdown(filters)
-    }
-
+impl ScanVariant for NewestRowsScan {
     async fn scan(
         &self,
+        h: &HypertableProvider,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-        limit: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let Some(h) =
-            (self.inner.as_ref() as &dyn std::any::Any).downcast_ref::<HypertableProvider>()
-        else {
-            return self.inner.scan(state, projection, filters, limit).await;
-        };
-        // A transaction's own changes to the table: the plain scan shows them.
-        let staged = state
-            .config()
-            .get_extension::<Staging>()
-            .is_some_and(|s| !s.ops_for(h.table().id).is_empty());
-        if staged {
-            return self.inner.scan(state, projection, filters, limit).await;
-        }
+    ) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
         let engine = h.engine();
         let view = engine
             .view(h.table().id)
@@ -512,12 +461,7 @@ impl TableProvider for LatestRowsProvider {
                 }
             }
         }
-        let props = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        ));
+        let props = one_partition(schema.clone());
         let exec: Arc<dyn ExecutionPlan> = Arc::new(LatestRowsExec {
             table: table.name.clone(),
             unit_names: self.unit.clone(),
@@ -547,10 +491,10 @@ impl TableProvider for LatestRowsProvider {
             }
             None => exec,
         };
-        match projection {
-            Some(cols) => select_columns(exec, cols),
-            None => Ok(exec),
-        }
+        Ok(Some(match projection {
+            Some(cols) => select_columns(exec, cols)?,
+            None => exec,
+        }))
     }
 }
 
@@ -614,27 +558,9 @@ impl ExecutionPlan for LatestRowsExec {
         &self.props
     }
 
-    /// The file reads stay hidden from the optimizer: they run once, whole, and
-    /// only when a file's rows are not kept yet.
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-        ) -> DfResult<TreeNodeRecursion>,
-    ) -> DfResult<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(self)
-    }
+    // The file reads stay hidden from the optimizer: they run once, whole, and only
+    // when a file's rows are not kept yet.
+    leaf_plan_methods!();
 
     fn execute(
         &self,

@@ -12,3 +12,4 @@ pub mod newest_buckets;
 pub mod provider;
 pub mod staged;
 pub mod system;
+pub mod variant;

@@ -13,25 +13,20 @@ use arrow::compute::{cast, filter_record_batch};
 use arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
-use datafusion::catalog::default_table_source::{provider_as_source, source_as_provider};
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::context::SessionState;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::{
-    BinaryExpr, Expr, LogicalPlan, Operator, Sort, TableProviderFilterPushDown, TableScan,
-    TableType,
-};
+use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator, Sort};
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 
 use super::provider::HypertableProvider;
-use crate::engine::tx::Staging;
+use super::variant::{ScanVariant, hypertable_of, leaf_plan_methods, one_partition, rewire_scans};
 
 /// Largest k served.
 const MAX_K: usize = 10_000;
@@ -60,30 +55,11 @@ impl OptimizerRule for NewestBuckets {
         let Some((bucket, k)) = target(sort) else {
             return Ok(Transformed::no(plan));
         };
-        plan.transform_up(|node| match node {
-            LogicalPlan::TableScan(scan) if is_hypertable(&scan) => {
-                let inner = source_as_provider(&scan.source)?;
-                let source = provider_as_source(Arc::new(NewestBucketsProvider {
-                    inner,
-                    bucket: bucket.clone(),
-                    k,
-                }));
-                Ok(Transformed::yes(LogicalPlan::TableScan(TableScan {
-                    source,
-                    ..scan
-                })))
-            }
-            other => Ok(Transformed::no(other)),
+        rewire_scans(plan, || NewestBucketsScan {
+            bucket: bucket.clone(),
+            k,
         })
     }
-}
-
-fn is_hypertable(scan: &TableScan) -> bool {
-    source_as_provider(&scan.source).is_ok_and(|p| {
-        (p.as_ref() as &dyn std::any::Any)
-            .downcast_ref::<HypertableProvider>()
-            .is_some()
-    })
 }
 
 /// `Sort(bucket DESC, fetch k)` over an aggregate grouping by one time bucket of a
@@ -129,11 +105,7 @@ fn target(sort: &Sort) -> Option<(Expr, usize)> {
     let LogicalPlan::TableScan(scan) = agg.input.as_ref() else {
         return None;
     };
-    let provider = source_as_provider(&scan.source).ok()?;
-    let table = (provider.as_ref() as &dyn std::any::Any)
-        .downcast_ref::<HypertableProvider>()?
-        .table()
-        .clone();
+    let table = hypertable_of(scan)?;
     let time = table.time_column.clone()?;
     let micros = table.column(&time).is_some_and(|c| {
         matches!(
@@ -174,52 +146,26 @@ fn target(sort: &Sort) -> Option<(Expr, usize)> {
 
 /// A hypertable seen through the newest window that holds `k` whole buckets.
 #[derive(Debug)]
-pub struct NewestBucketsProvider {
-    inner: Arc<dyn TableProvider>,
+struct NewestBucketsScan {
     bucket: Expr,
     k: usize,
 }
 
 #[async_trait]
-impl TableProvider for NewestBucketsProvider {
-    fn schema(&self) -> SchemaRef {
-        self.inner.schema()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    fn supports_filters_pushdown(
-        &self,
-        filters: &[&Expr],
-    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        self.inner.supports_filters_pushdown(filters)
-    }
-
+impl ScanVariant for NewestBucketsScan {
     async fn scan(
         &self,
+        h: &HypertableProvider,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-        limit: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let plain = || self.inner.scan(state, projection, filters, limit);
-        let Some(h) =
-            (self.inner.as_ref() as &dyn std::any::Any).downcast_ref::<HypertableProvider>()
-        else {
-            return plain().await;
-        };
-        let staged = state
-            .config()
-            .get_extension::<Staging>()
-            .is_some_and(|s| !s.ops_for(h.table().id).is_empty());
+    ) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
         let Some(session) = state.as_any().downcast_ref::<SessionState>() else {
-            return plain().await;
+            return Ok(None);
         };
         let table = h.table().clone();
         let Some(time) = table.time_column.clone() else {
-            return plain().await;
+            return Ok(None);
         };
         let schema = table.schema();
         let out_schema = match projection {
@@ -230,30 +176,22 @@ impl TableProvider for NewestBucketsProvider {
             out_schema.index_of(&time),
             h.time_span(filters.iter().filter_map(|f| upper_bound(f, &time)).min()),
         ) else {
-            return plain().await;
+            return Ok(None);
         };
-        if staged {
-            return plain().await;
-        }
         let df_schema = DFSchema::try_from(out_schema.as_ref().clone())?;
         let bucket = state.create_physical_expr(self.bucket.clone(), &df_schema)?;
         let tz = match schema.field_with_name(&time)?.data_type() {
             DataType::Timestamp(_, tz) => tz.clone(),
-            _ => return plain().await,
+            _ => return Ok(None),
         };
         // First window: the buckets of the k newest bucket starts if none is empty.
         let width = bucket_width(&bucket, &out_schema, time_at, hi).unwrap_or(60_000_000);
         let start = bucket_at(&bucket, &out_schema, time_at, hi).unwrap_or(hi);
         let span = (hi - start).saturating_add(width.saturating_mul(self.k as i64 - 1));
-        let props = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(out_schema.clone()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        ));
-        Ok(Arc::new(NewestBucketsExec {
+        let props = one_partition(out_schema.clone());
+        Ok(Some(Arc::new(NewestBucketsExec {
             table: table.name.clone(),
-            inner: self.inner.clone(),
+            inner: Arc::new(h.clone()),
             session: Arc::new(session.clone()),
             projection: projection.cloned(),
             filters: filters.to_vec(),
@@ -266,7 +204,7 @@ impl TableProvider for NewestBucketsProvider {
             span: span.max(1),
             schema: out_schema,
             props,
-        }))
+        })))
     }
 }
 
@@ -379,23 +317,7 @@ impl ExecutionPlan for NewestBucketsExec {
         &self.props
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
-    ) -> DfResult<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(self)
-    }
+    leaf_plan_methods!();
 
     fn execute(
         &self,

@@ -42,7 +42,7 @@ use crate::storage::stats_cache::FileStats;
 use crate::write::MemBatch;
 
 /// A table of the catalog as DataFusion sees it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct HypertableProvider {
     table: Arc<TableDef>,
     engine: Arc<Engine>,
