@@ -16,6 +16,13 @@ pub struct Metrics {
     pub sql_queries: AtomicU64,
     pub sql_errors: AtomicU64,
     pub sql_micros: AtomicU64,
+    /// Queries answered by a kept plan: bound to the text's own values, or kept for
+    /// that exact text.
+    pub plan_hits_bound: AtomicU64,
+    pub plan_hits_exact: AtomicU64,
+    /// Plans kept: with parameters (for every text of their shape), or for one text.
+    pub plans_kept_bound: AtomicU64,
+    pub plans_kept_exact: AtomicU64,
 }
 
 impl Metrics {
@@ -57,6 +64,10 @@ pub struct Snapshot {
     pub sql_queries: u64,
     pub sql_errors: u64,
     pub sql_micros: u64,
+    pub plan_hits_bound: u64,
+    pub plan_hits_exact: u64,
+    pub plans_kept_bound: u64,
+    pub plans_kept_exact: u64,
     pub uptime_secs: u64,
 }
 
@@ -71,6 +82,10 @@ impl Metrics {
         s.sql_queries = get(&self.sql_queries);
         s.sql_errors = get(&self.sql_errors);
         s.sql_micros = get(&self.sql_micros);
+        s.plan_hits_bound = get(&self.plan_hits_bound);
+        s.plan_hits_exact = get(&self.plan_hits_exact);
+        s.plans_kept_bound = get(&self.plans_kept_bound);
+        s.plans_kept_exact = get(&self.plans_kept_exact);
     }
 }
 
@@ -198,6 +213,30 @@ pub fn render(s: &Snapshot) -> String {
         "SQL statements that failed.",
         s.sql_errors,
     );
+    for (name, help, v) in [
+        (
+            "sundial_sql_plan_hits_bound_total",
+            "Queries answered by a plan kept for their shape, bound to their literals.",
+            s.plan_hits_bound,
+        ),
+        (
+            "sundial_sql_plan_hits_exact_total",
+            "Queries answered by a plan kept for their exact text.",
+            s.plan_hits_exact,
+        ),
+        (
+            "sundial_sql_plans_kept_bound_total",
+            "Plans kept with parameters, for every text of their shape.",
+            s.plans_kept_bound,
+        ),
+        (
+            "sundial_sql_plans_kept_exact_total",
+            "Plans kept for one exact text (their literals could not become parameters).",
+            s.plans_kept_exact,
+        ),
+    ] {
+        metric(&mut out, name, c, help, v);
+    }
     let _ = writeln!(
         out,
         "# HELP sundial_sql_query_duration_seconds Time to answer SQL statements."

@@ -65,9 +65,15 @@ pub struct Engine {
     file_stats: Arc<StatsCache>,
     /// Rows derived per chunk file (newest rows per series).
     derived_rows: Arc<DerivedRows>,
+    /// State the layers above keep once per engine (one value per type).
+    shared: parking_lot::Mutex<SharedState>,
     background: Background,
     _lock: File,
 }
+
+/// Values of the types [`Engine::shared`] was asked for.
+type SharedState =
+    std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,6 +139,7 @@ impl Engine {
             jobs: Default::default(),
             file_stats: Default::default(),
             derived_rows: Default::default(),
+            shared: Default::default(),
             background: Background::new(CancellationToken::new()),
             _lock: lock,
         });
@@ -193,6 +200,24 @@ impl Engine {
     /// Rows derived from chunk files, kept per file path.
     pub fn derived_rows(&self) -> &Arc<DerivedRows> {
         &self.derived_rows
+    }
+
+    /// The engine's one value of type `T`, made on first use: state a layer above
+    /// shares between its connections (the SQL layer's plans).
+    pub fn shared<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let mut map = self.shared.lock();
+        let slot = map
+            .entry(std::any::TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()));
+        match slot.clone().downcast::<T>() {
+            Ok(v) => v,
+            // Unreachable (the key is T's type id); start over rather than panic.
+            Err(_) => {
+                let v = Arc::new(T::default());
+                *slot = v.clone();
+                v
+            }
+        }
     }
 
     /// Validates `batch` for `table`, makes it durable and visible; returns rows written.

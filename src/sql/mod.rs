@@ -81,10 +81,10 @@ pub enum Prepared {
 /// One step of a simple-protocol query text.
 #[derive(Debug)]
 pub enum Step {
-    /// The optimized plan kept for the same text.
-    Cached(Arc<plan_cache::Entry>),
-    /// A query that is the whole text: its plan may be kept.
-    WholeQuery(Statement),
+    /// The optimized plan kept for texts of this shape, and this text's values.
+    Cached(plan_cache::Hit),
+    /// A query that is the whole text (of this shape): its plan may be kept.
+    WholeQuery(Statement, Option<plan_cache::Shape>),
     /// One of the text's statements.
     Statement(Statement),
     /// An INSERT of literal rows read by the fast scanner: the table and its rows.
@@ -97,8 +97,11 @@ pub struct Session {
     pub db: String,
     pub ctx: SessionContext,
     pub settings: functions::Settings,
-    /// Optimized plans of the simple-protocol queries this session ran.
-    pub plans: plan_cache::PlanCache,
+    /// Optimized plans of simple-protocol queries, by shape (the engine's, shared
+    /// by its sessions).
+    pub plans: Arc<plan_cache::PlanCache>,
+    /// What of this session's settings changes how a text is planned, hashed.
+    plan_settings: std::sync::atomic::AtomicU64,
     /// Writes staged by an open transaction block (shared with `ctx`'s scans).
     pub staging: Arc<crate::engine::tx::Staging>,
     /// Savepoints, the aborted state, tables created in the block.
@@ -775,16 +778,20 @@ impl Session {
         ctx.add_analyzer_rule(lateral::rule());
         chunks::register(&ctx, &engine, db);
         pg_catalog::functions::register(&ctx, cat);
-        Ok(Session {
+        let plans = engine.shared();
+        let session = Session {
             engine,
             db: db.to_string(),
             ctx,
             settings,
-            plans: plan_cache::PlanCache::default(),
+            plans,
+            plan_settings: Default::default(),
             staging,
             tx: Default::default(),
             cursors: Default::default(),
-        })
+        };
+        session.note_settings();
+        Ok(session)
     }
 
     /// Prepares one statement: plans DataFusion statements, keeps native ones as AST.
@@ -937,7 +944,7 @@ impl Session {
     pub async fn run_sql(&self, sql: &str) -> Result<Vec<Output>> {
         let mut out = vec![];
         for step in self.steps(sql)? {
-            out.push(self.run_step(sql, step).await?);
+            out.push(self.run_step(step).await?);
         }
         Ok(out)
     }
@@ -948,17 +955,27 @@ impl Session {
         if let Some((table, batch)) = insert::scanned_insert(self, sql) {
             return Ok(vec![Step::Insert(table, batch)]);
         }
-        if let Some(hit) = self.plans.get(sql, self.engine.catalog(), &self.db) {
+        let shape = plan_cache::Shape::of(sql).filter(|s| s.is_query());
+        if let Some(shape) = &shape
+            && let Some(hit) = self.plans.get(
+                shape,
+                self.engine.catalog(),
+                &self.db,
+                self.plan_settings
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            )
+        {
             return Ok(vec![Step::Cached(hit)]);
         }
-        let stmts = parse(sql)?;
-        if let [Statement::Query(_)] = stmts.as_slice() {
-            return Ok(stmts.into_iter().map(Step::WholeQuery).collect());
+        let mut stmts = parse(sql)?;
+        if let [Statement::Query(_)] = stmts.as_slice()
+            && let Some(stmt) = stmts.pop()
+        {
+            return Ok(vec![Step::WholeQuery(stmt, shape)]);
         }
         Ok(stmts.into_iter().map(Step::Statement).collect())
     }
 
-    /// Runs one step of the simple-protocol query text `sql` (see [`Session::steps`]).
     /// Whether `steps` (one simple-protocol Query message) run as one implicit
     /// transaction: outside a block, two or more statements of which some write, all
     /// of them INSERT, DELETE, TRUNCATE or plain queries. (DDL, COPY, management
@@ -987,14 +1004,30 @@ impl Session {
         writes
     }
 
-    pub async fn run_step(&self, sql: &str, step: Step) -> Result<Output> {
+    /// Runs one step of a simple-protocol query text (see [`Session::steps`]).
+    pub async fn run_step(&self, step: Step) -> Result<Output> {
         match &step {
-            Step::Statement(stmt) | Step::WholeQuery(stmt) => self.check_not_aborted(Some(stmt))?,
+            Step::Statement(stmt) | Step::WholeQuery(stmt, _) => {
+                self.check_not_aborted(Some(stmt))?
+            }
             Step::Cached(_) | Step::Insert(..) => self.check_not_aborted(None)?,
         }
         match step {
-            Step::Cached(entry) => self.run_optimized(&self.ctx.state(), &entry).await,
-            Step::WholeQuery(stmt) => self.run_query_caching(sql, stmt).await,
+            Step::Cached(hit) => {
+                let m = self.engine.metrics();
+                if hit.params.is_empty() {
+                    m.plan_hits_exact
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                } else {
+                    m.plan_hits_bound
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                let state = self.ctx.state();
+                let plan = bind_and_simplify(&state, hit.entry.plan.clone(), hit.params)?;
+                self.run_optimized(&state, &plan, hit.entry.names.as_deref())
+                    .await
+            }
+            Step::WholeQuery(stmt, shape) => self.run_query_caching(stmt, shape).await,
             Step::Statement(stmt) => self.run_statement(stmt).await,
             Step::Insert(table, batch) => {
                 let n = self.write_rows(&table, batch).await?;
@@ -1003,10 +1036,17 @@ impl Session {
         }
     }
 
-    /// Runs a query that is all of the text `sql`, keeping its optimized plan for the
-    /// next time the same text comes when [`plan_cache::cacheable`] allows it.
-    async fn run_query_caching(&self, sql: &str, stmt: Statement) -> Result<Output> {
+    /// Runs a query that is all of a text of `shape`, keeping its optimized plan for
+    /// the texts of the same shape when [`plan_cache::cacheable`] allows it.
+    async fn run_query_caching(
+        &self,
+        stmt: Statement,
+        shape: Option<plan_cache::Shape>,
+    ) -> Result<Output> {
         let state = self.ctx.state();
+        let lifted = shape
+            .as_ref()
+            .and_then(|s| plan_cache::lift(stmt.clone(), s));
         let p = self.prepare_in(&state, stmt, &[]).await?;
         if let Prepared::Plan {
             plan,
@@ -1015,29 +1055,113 @@ impl Session {
             gapfill: None,
             ..
         } = &p
+            && let Some(shape) = &shape
             && let Some(tables) = plan_cache::cacheable(plan)
         {
             let optimized = state.optimize(plan)?;
-            let entry = self.plans.insert(sql, optimized, names.clone(), tables);
-            return self.run_optimized(&state, &entry).await;
+            // The plan with parameters, when binding this text's values into it
+            // gives the plan this text optimizes to.
+            let mut with_params = None;
+            if let Some(l) = &lifted {
+                with_params = self.plan_with_params(&state, l, &optimized).await;
+            }
+            let views = self
+                .engine
+                .catalog()
+                .snapshot()
+                .database(&self.db)
+                .map(|d| d.views.clone())
+                .unwrap_or_default();
+            let settings = self
+                .plan_settings
+                .load(std::sync::atomic::Ordering::Relaxed);
+            let kept = plan_cache::Kept {
+                plan: with_params.clone().unwrap_or_else(|| optimized.clone()),
+                names: names.clone(),
+                tables,
+                views,
+            };
+            let m = self.engine.metrics();
+            match with_params {
+                Some(_) => &m.plans_kept_bound,
+                None => &m.plans_kept_exact,
+            }
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.plans.keep(
+                shape,
+                &self.db,
+                settings,
+                kept,
+                lifted.as_ref().filter(|_| with_params.is_some()),
+            );
+            return self
+                .run_optimized(&state, &optimized, names.as_deref())
+                .await;
         }
         self.execute(&p, None).await
+    }
+
+    /// The optimized plan of a lifted statement, when binding its values gives
+    /// `expected` (the plan of the statement it was lifted from).
+    async fn plan_with_params(
+        &self,
+        state: &datafusion::execution::SessionState,
+        lifted: &plan_cache::Lifted,
+        expected: &LogicalPlan,
+    ) -> Option<LogicalPlan> {
+        let declared: Vec<_> = lifted.types.iter().cloned().map(Some).collect();
+        let Ok(Prepared::Plan { plan, .. }) =
+            self.prepare_in(state, lifted.stmt.clone(), &declared).await
+        else {
+            return None;
+        };
+        let plan = plan_cache::retype_params(plan, &lifted.types).ok()?;
+        let optimized = state.optimize(&plan).ok()?;
+        let bound = bind_and_simplify(state, optimized.clone(), lifted.values.clone()).ok()?;
+        (bound == *expected).then_some(optimized)
     }
 
     /// Plans and starts an already optimized query.
     async fn run_optimized(
         &self,
         state: &datafusion::execution::SessionState,
-        entry: &plan_cache::Entry,
+        plan: &LogicalPlan,
+        names: Option<&[String]>,
     ) -> Result<Output> {
         let physical = state
             .query_planner()
-            .create_physical_plan(&entry.plan, state)
+            .create_physical_plan(plan, state)
             .await?;
-        let schema = names::rename(physical.schema(), entry.names.as_deref());
+        let schema = names::rename(physical.schema(), names);
         let task = Arc::new(datafusion::execution::TaskContext::from(state));
         let stream = datafusion::physical_plan::execute_stream(physical, task)?;
         Ok(Output::Rows(schema, stream))
+    }
+
+    /// Hashes what of this session's settings changes how a text is planned (the
+    /// DataFusion options, the PostgreSQL settings, the optimizer rules switched
+    /// on); kept plans are shared between sessions that agree on it.
+    fn note_settings(&self) {
+        let state = self.ctx.state();
+        let options = state
+            .config_options()
+            .entries()
+            .into_iter()
+            .map(|e| (e.key, e.value.unwrap_or_default()));
+        let settings: Vec<(String, String)> = self
+            .settings
+            .read()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let rules = state
+            .optimizer()
+            .rules
+            .iter()
+            .map(|r| ("rule".to_string(), r.name().to_string()));
+        let fp = plan_cache::fingerprint(options.chain(settings).chain(rules));
+        self.plan_settings
+            .store(fp, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Evaluates a constant expression through DataFusion (`SELECT e`); NULL when the
@@ -1064,8 +1188,11 @@ impl Session {
     }
 
     async fn execute_native(&self, stmt: &Statement) -> Result<Output> {
-        // SET changes what a query text means (time zone, search path); DDL may too.
-        self.plans.clear();
+        // DDL changes what a query text means; SET does too (time zone, search path),
+        // for this session only: its plans are looked up by its settings.
+        if ddl::handles(stmt) {
+            self.plans.clear();
+        }
         if let Some(out) = self.transaction_statement(stmt).await? {
             return Ok(out);
         }
@@ -1075,11 +1202,32 @@ impl Session {
         if copy::handles(stmt) {
             return copy::start(self, stmt).await;
         }
-        if let Some(out) = session::execute(self, stmt)? {
+        let set = session::execute(self, stmt);
+        if session::handles(stmt) {
+            self.note_settings();
+        }
+        if let Some(out) = set? {
             return Ok(out);
         }
         ddl::execute(self, stmt).await
     }
+}
+
+/// `plan` (optimized, with parameters) with `params` bound and its expressions
+/// simplified again: casts of the bound literals folded, so scans see constants.
+fn bind_and_simplify(
+    state: &datafusion::execution::SessionState,
+    plan: LogicalPlan,
+    params: Vec<datafusion::common::ScalarValue>,
+) -> Result<LogicalPlan> {
+    if params.is_empty() {
+        return Ok(plan);
+    }
+    let plan = plan.with_param_values(params)?;
+    let simplify = datafusion::optimizer::Optimizer::with_rules(vec![Arc::new(
+        datafusion::optimizer::simplify_expressions::SimplifyExpressions::new(),
+    )]);
+    Ok(simplify.optimize(plan, state, |_, _| {})?)
 }
 
 /// The first column of the first row of `batches`; NULL when there is no row.

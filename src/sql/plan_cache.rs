@@ -1,33 +1,173 @@
-//! Per-session cache of optimized query plans keyed by the exact text of a
-//! simple-protocol query: dashboards repeat the same statements, and parsing, analysis
-//! and logical optimization cost more than reading one chunk. Which files and memtable
-//! rows to read is still decided on every run (the table scan picks them).
+//! Optimized query plans kept per query *shape*, shared by the sessions of one
+//! engine: dashboards and benchmarks send the same statement with new literals each
+//! time, and parsing, analysis and logical optimization cost more than reading a
+//! chunk. The string and integer literals a WHERE or HAVING clause compares against
+//! become parameters; a later text of the same shape binds its own values into the
+//! kept plan and only re-simplifies it. Which files and rows to read is still decided
+//! on every run (the table scan picks them when the plan is bound).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
+use arrow::datatypes::DataType;
 use datafusion::catalog::default_table_source::source_as_provider;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::logical_expr::expr::Placeholder;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use datafusion::sql::sqlparser::ast::{self, Statement, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, Tokenizer};
 use parking_lot::Mutex;
 
-use crate::catalog::{Catalog, ColumnDef};
+use crate::catalog::{Catalog, ColumnDef, ViewDef};
 use crate::query::provider::HypertableProvider;
 
 /// Queries longer than this are not cached (long literal lists rarely repeat).
 const MAX_SQL_LEN: usize = 16 * 1024;
-/// Entries kept per session; the cache starts over when it is full.
-const MAX_ENTRIES: usize = 256;
+/// Shapes kept; the cache starts over when it is full.
+const MAX_SHAPES: usize = 1024;
+/// Plans kept per shape (for different fixed literals, `LIMIT 5` and `LIMIT 10`).
+const MAX_PER_SHAPE: usize = 8;
+
+/// A literal of a query text: a string or an integer.
+#[derive(Debug, Clone, PartialEq)]
+enum Lit {
+    Str(String),
+    Int(String),
+}
+
+impl Lit {
+    /// The value the literal has as a parameter of type `ty`, when it has that type
+    /// as a literal too (an integer is int4 when it fits, else int8).
+    fn bind(&self, ty: &DataType) -> Option<ScalarValue> {
+        match (self, ty) {
+            (Lit::Str(s), DataType::Utf8) => Some(ScalarValue::Utf8(Some(s.clone()))),
+            (Lit::Int(_), _) => {
+                let v = self.int_value()?;
+                (&v.data_type() == ty).then_some(v)
+            }
+            _ => None,
+        }
+    }
+
+    fn int_value(&self) -> Option<ScalarValue> {
+        let Lit::Int(n) = self else { return None };
+        let v: i64 = n.parse().ok()?;
+        Some(match i32::try_from(v) {
+            Ok(v) => ScalarValue::Int32(Some(v)),
+            Err(_) => ScalarValue::Int64(Some(v)),
+        })
+    }
+
+    /// The parameter type the literal gets, and its value.
+    fn as_param(&self) -> Option<(DataType, ScalarValue)> {
+        let v = match self {
+            Lit::Str(s) => ScalarValue::Utf8(Some(s.clone())),
+            Lit::Int(_) => self.int_value()?,
+        };
+        Some((v.data_type(), v))
+    }
+}
+
+/// A query text seen as its shape: the tokens with each string and integer literal
+/// taken out, and those literals in order.
+#[derive(Debug)]
+pub struct Shape {
+    key: String,
+    literals: Vec<Lit>,
+    /// Where each literal starts in the text.
+    at: Vec<Location>,
+    /// Whether the text starts with SELECT or WITH.
+    query: bool,
+}
+
+impl Shape {
+    /// The shape of `sql`, `None` when it does not tokenize or is too long.
+    pub fn of(sql: &str) -> Option<Shape> {
+        if sql.len() > MAX_SQL_LEN {
+            return None;
+        }
+        let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+            .tokenize_with_location()
+            .ok()?;
+        let mut key = String::with_capacity(sql.len());
+        let (mut literals, mut at) = (vec![], vec![]);
+        for t in tokens {
+            let lit = match &t.token {
+                Token::Whitespace(_) => continue,
+                Token::SingleQuotedString(s) => Some(Lit::Str(s.clone())),
+                Token::Number(n, false) if n.bytes().all(|b| b.is_ascii_digit()) => {
+                    Some(Lit::Int(n.clone()))
+                }
+                _ => None,
+            };
+            match lit {
+                Some(l) => {
+                    key.push_str(if matches!(l, Lit::Str(_)) {
+                        "\u{1}s "
+                    } else {
+                        "\u{1}i "
+                    });
+                    literals.push(l);
+                    at.push(t.span.start);
+                }
+                None => {
+                    use std::fmt::Write;
+                    let _ = write!(key, "{} ", t.token);
+                }
+            }
+        }
+        let query = key.starts_with("SELECT ")
+            || key.starts_with("WITH ")
+            || key.starts_with("select ")
+            || key.starts_with("with ");
+        Some(Shape {
+            key,
+            literals,
+            at,
+            query,
+        })
+    }
+
+    /// Whether the text is a query (a statement the pre-pass leaves as it is).
+    pub fn is_query(&self) -> bool {
+        self.query
+    }
+}
+
+/// What a literal of the shape is in a kept plan.
+#[derive(Debug, Clone, PartialEq)]
+enum Slot {
+    /// Parameter `$i` (counting from 1) of this type.
+    Param(usize, DataType),
+    /// Part of the plan: a text of the shape must have this literal here.
+    Fixed(Lit),
+}
+
+/// A plan to keep and what it depends on.
+#[derive(Debug)]
+pub struct Kept {
+    pub plan: LogicalPlan,
+    pub names: Option<Vec<String>>,
+    pub tables: Vec<TableKey>,
+    pub views: BTreeMap<String, ViewDef>,
+}
 
 /// An optimized plan and what it depends on.
 #[derive(Debug)]
 pub struct Entry {
-    /// The analyzed and optimized logical plan.
+    /// The analyzed and optimized logical plan; may hold `$n` parameters.
     pub plan: LogicalPlan,
     /// Output column names as the client should see them.
     pub names: Option<Vec<String>>,
     /// The tables the plan reads, as they were when it was planned.
     tables: Vec<TableKey>,
+    /// The database's views when it was planned (a plan may have inlined one).
+    views: BTreeMap<String, ViewDef>,
+    slots: Vec<Slot>,
 }
 
 /// A table as a cached plan saw it: the plan holds while the name still leads to the
@@ -39,67 +179,134 @@ pub struct TableKey {
     columns: Vec<ColumnDef>,
 }
 
-/// One session's cached plans.
+/// What, besides the shape, a plan depends on: the database and the session's
+/// settings (time zone, search path, the planner switches).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Scope {
+    db: String,
+    settings: u64,
+}
+
+/// The plans kept for one shape.
+type Shaped = Vec<Arc<Entry>>;
+
+/// The plans of one engine, by shape.
 #[derive(Debug, Default)]
 pub struct PlanCache {
-    entries: Mutex<HashMap<String, Arc<Entry>>>,
+    entries: Mutex<HashMap<(Scope, String), Shaped>>,
+}
+
+/// A hit: the kept plan and the values its parameters take.
+#[derive(Debug)]
+pub struct Hit {
+    pub entry: Arc<Entry>,
+    pub params: Vec<ScalarValue>,
 }
 
 impl PlanCache {
-    /// The cached plan for `sql` when every table it reads is unchanged in `catalog`.
-    pub fn get(&self, sql: &str, catalog: &Catalog, db: &str) -> Option<Arc<Entry>> {
-        if sql.len() > MAX_SQL_LEN {
-            return None;
-        }
-        let entry = self.entries.lock().get(sql).cloned()?;
+    /// The kept plan for a text of `shape` when every table it reads is unchanged
+    /// in `catalog`, with the text's values for its parameters.
+    pub fn get(&self, shape: &Shape, catalog: &Catalog, db: &str, settings: u64) -> Option<Hit> {
+        let scope = Scope {
+            db: db.to_string(),
+            settings,
+        };
+        let candidates = self
+            .entries
+            .lock()
+            .get(&(scope, shape.key.clone()))
+            .cloned()?;
+        let (entry, params) = candidates.into_iter().find_map(|e| {
+            let params = bind(&e.slots, &shape.literals)?;
+            Some((e, params))
+        })?;
         let catalog = catalog.snapshot();
         let unchanged = entry.tables.iter().all(|k| {
             catalog
                 .table(db, &k.name)
                 .is_ok_and(|t| t.id == k.id && t.columns == k.columns)
-        });
-        if unchanged {
-            Some(entry)
-        } else {
-            self.entries.lock().remove(sql);
-            None
-        }
+        }) && catalog.database(db).is_ok_and(|d| d.views == entry.views);
+        unchanged.then_some(Hit { entry, params })
     }
 
-    /// Keeps `plan` (optimized) for `sql`; `tables` comes from [`cacheable`].
-    pub fn insert(
+    /// Keeps `kept` for texts of `shape`: for every text of it when `lifted` is how
+    /// its parameters were made (the caller checked that binding this text's values
+    /// gives the plan the text itself optimizes to), else for texts with exactly
+    /// these literals.
+    pub fn keep(
         &self,
-        sql: &str,
-        plan: LogicalPlan,
-        names: Option<Vec<String>>,
-        tables: Vec<TableKey>,
-    ) -> Arc<Entry> {
+        shape: &Shape,
+        db: &str,
+        settings: u64,
+        kept: Kept,
+        lifted: Option<&Lifted>,
+    ) {
+        let slots = shape
+            .literals
+            .iter()
+            .enumerate()
+            .map(|(i, l)| match lifted.and_then(|x| Some((x, x.slots[i]?))) {
+                Some((x, p)) => Slot::Param(p, x.types[p - 1].clone()),
+                None => Slot::Fixed(l.clone()),
+            })
+            .collect();
         let entry = Arc::new(Entry {
-            plan,
-            names,
-            tables,
+            plan: kept.plan,
+            names: kept.names,
+            tables: kept.tables,
+            views: kept.views,
+            slots,
         });
-        if sql.len() <= MAX_SQL_LEN {
-            let mut entries = self.entries.lock();
-            if entries.len() >= MAX_ENTRIES {
-                entries.clear();
-            }
-            entries.insert(sql.to_string(), entry.clone());
+        let key = (
+            Scope {
+                db: db.to_string(),
+                settings,
+            },
+            shape.key.clone(),
+        );
+        let mut entries = self.entries.lock();
+        if entries.len() >= MAX_SHAPES && !entries.contains_key(&key) {
+            entries.clear();
         }
-        entry
+        let list = entries.entry(key).or_default();
+        list.retain(|e| e.slots != entry.slots);
+        if list.len() >= MAX_PER_SHAPE {
+            list.remove(0);
+        }
+        list.push(entry);
     }
 
-    /// Forgets every plan (after SET, DDL and other statements that change what a
-    /// query text means).
+    /// Forgets every plan (after DDL).
     pub fn clear(&self) {
         self.entries.lock().clear();
     }
 }
 
+/// The parameter values of `literals` for a plan with `slots`, when the literals fit.
+fn bind(slots: &[Slot], literals: &[Lit]) -> Option<Vec<ScalarValue>> {
+    if slots.len() != literals.len() {
+        return None;
+    }
+    let mut params = vec![ScalarValue::Null; slots.len()];
+    let mut count = 0;
+    for (s, l) in slots.iter().zip(literals) {
+        match s {
+            Slot::Fixed(f) if f == l => {}
+            Slot::Fixed(_) => return None,
+            Slot::Param(i, ty) => {
+                *params.get_mut(i.checked_sub(1)?)? = l.bind(ty)?;
+                count += 1;
+            }
+        }
+    }
+    params.truncate(count);
+    Some(params)
+}
+
 /// The tables an unoptimized query plan reads, when its optimized form may be reused:
-/// it reads only user tables (whose scans pick files when they run) and calls only
+/// it reads only user tables (whose scans pick files when they run), calls only
 /// immutable functions (the optimizer folds `now()` and session-dependent functions
-/// into constants), and has no parameters.
+/// into constants) and has no parameters of its own.
 pub fn cacheable(plan: &LogicalPlan) -> Option<Vec<TableKey>> {
     let mut tables = vec![];
     let mut ok = true;
@@ -141,4 +348,186 @@ pub fn cacheable(plan: &LogicalPlan) -> Option<Vec<TableKey>> {
         })
     });
     (walk.is_ok() && ok).then_some(tables)
+}
+
+/// A query statement with the literals WHERE and HAVING compare against turned into
+/// parameters `$1..`: the statement, the type of each parameter, and each literal's
+/// slot (`None` for the literals left in place).
+pub struct Lifted {
+    pub stmt: Statement,
+    pub types: Vec<DataType>,
+    pub values: Vec<ScalarValue>,
+    slots: Vec<Option<usize>>,
+}
+
+/// [`Lifted`] for `stmt` (parsed from the text of `shape`); `None` when no literal
+/// can be lifted.
+pub fn lift(mut stmt: Statement, shape: &Shape) -> Option<Lifted> {
+    let mut v = Lifter {
+        shape,
+        types: vec![],
+        values: vec![],
+        slots: vec![None; shape.literals.len()],
+    };
+    let _ = stmt.visit(&mut v);
+    if v.types.is_empty() {
+        return None;
+    }
+    Some(Lifted {
+        stmt,
+        types: v.types,
+        values: v.values,
+        slots: v.slots,
+    })
+}
+
+struct Lifter<'a> {
+    shape: &'a Shape,
+    types: Vec<DataType>,
+    values: Vec<ScalarValue>,
+    slots: Vec<Option<usize>>,
+}
+
+impl VisitorMut for Lifter<'_> {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
+        self.set_expr(&mut q.body);
+        ControlFlow::Continue(())
+    }
+}
+
+impl Lifter<'_> {
+    fn set_expr(&mut self, body: &mut ast::SetExpr) {
+        match body {
+            ast::SetExpr::Select(s) => {
+                if let Some(w) = &mut s.selection {
+                    self.predicate(w);
+                }
+                if let Some(h) = &mut s.having {
+                    self.predicate(h);
+                }
+            }
+            ast::SetExpr::SetOperation { left, right, .. } => {
+                self.set_expr(left);
+                self.set_expr(right);
+            }
+            _ => {}
+        }
+    }
+
+    /// Lifts the operands of the comparisons a predicate is made of (subqueries are
+    /// visited as queries of their own).
+    fn predicate(&mut self, e: &mut ast::Expr) {
+        use ast::BinaryOperator as B;
+        match e {
+            ast::Expr::Nested(inner) => self.predicate(inner),
+            ast::Expr::UnaryOp {
+                op: ast::UnaryOperator::Not,
+                expr,
+            } => self.predicate(expr),
+            ast::Expr::BinaryOp { left, op, right } => match op {
+                B::And | B::Or => {
+                    self.predicate(left);
+                    self.predicate(right);
+                }
+                B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq => {
+                    self.operand(left);
+                    self.operand(right);
+                }
+                _ => {}
+            },
+            ast::Expr::InList { list, .. } => {
+                for item in list {
+                    self.operand(item);
+                }
+            }
+            ast::Expr::Between { low, high, .. } => {
+                self.operand(low);
+                self.operand(high);
+            }
+            _ => {}
+        }
+    }
+
+    /// Lifts `e` when it is a literal of the text (possibly cast or parenthesized).
+    fn operand(&mut self, e: &mut ast::Expr) {
+        match e {
+            ast::Expr::Nested(inner) | ast::Expr::Cast { expr: inner, .. } => self.operand(inner),
+            ast::Expr::Value(v) => {
+                let lit = match &v.value {
+                    ast::Value::SingleQuotedString(s) => Lit::Str(s.clone()),
+                    ast::Value::Number(n, false) => Lit::Int(n.clone()),
+                    _ => return,
+                };
+                // The literal the text has at this place, unchanged by normalization.
+                let Some(i) = self.shape.at.iter().position(|l| *l == v.span.start) else {
+                    return;
+                };
+                if self.slots[i].is_some() || self.shape.literals[i] != lit {
+                    return;
+                }
+                let Some((ty, value)) = lit.as_param() else {
+                    return;
+                };
+                self.types.push(ty);
+                self.values.push(value);
+                self.slots[i] = Some(self.types.len());
+                v.value = ast::Value::Placeholder(format!("${}", self.types.len()));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Gives the lifted parameters the literals' own types (DataFusion's planner types
+/// `time >= $1` by the column; the literal was a string).
+pub fn retype_params(
+    plan: LogicalPlan,
+    types: &[DataType],
+) -> datafusion::error::Result<LogicalPlan> {
+    let out = plan.transform_up_with_subqueries(|node| {
+        let node = node.map_expressions(|e| {
+            e.transform_up(|e| {
+                Ok(match e {
+                    Expr::Placeholder(Placeholder { id, field }) => {
+                        let ty = id
+                            .strip_prefix('$')
+                            .and_then(|i| i.parse::<usize>().ok())
+                            .and_then(|i| types.get(i.checked_sub(1)?));
+                        match ty {
+                            Some(ty) if field.as_ref().map(|f| f.data_type()) != Some(ty) => {
+                                Transformed::yes(Expr::Placeholder(Placeholder {
+                                    id,
+                                    field: Some(Arc::new(arrow::datatypes::Field::new(
+                                        "",
+                                        ty.clone(),
+                                        true,
+                                    ))),
+                                }))
+                            }
+                            _ => Transformed::no(Expr::Placeholder(Placeholder { id, field })),
+                        }
+                    }
+                    other => Transformed::no(other),
+                })
+            })
+        })?;
+        if node.transformed {
+            node.map_data(|p| p.recompute_schema())
+        } else {
+            Ok(node)
+        }
+    })?;
+    Ok(out.data)
+}
+
+/// A fingerprint of what, in a session, changes how a text is planned.
+pub fn fingerprint(parts: impl IntoIterator<Item = (String, String)>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (k, v) in parts {
+        k.hash(&mut h);
+        v.hash(&mut h);
+    }
+    h.finish()
 }

@@ -1,4 +1,4 @@
-//! Reused query plans (simple protocol, same text) stay correct: another session's DDL
+//! Reused query plans (simple protocol, same text or same shape) stay correct: another session's DDL
 //! invalidates them, and queries calling `now()` are planned afresh every time.
 
 use crate::harness::{TestServer, text_rows};
@@ -68,4 +68,132 @@ async fn now_is_evaluated_on_every_run() {
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     let second = cells(text_rows(&client, q).await);
     assert_ne!(first, second, "now() must not be frozen into a reused plan");
+}
+
+/// A counter of `/metrics`.
+async fn counter(srv: &TestServer, name: &str) -> u64 {
+    let body = reqwest::get(srv.http_url("/metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("body");
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("/metrics lacks {name}:\n{body}"))
+}
+
+/// Texts of one shape with new literals each time (what dashboards and TSBS send)
+/// run on a plan kept for the shape, bound to each text's values: every answer equals
+/// PostgreSQL's, including literals that change type (an integer past int4), a time
+/// zone set in between, and texts whose other literals (LIMIT) differ.
+#[tokio::test]
+async fn texts_of_one_shape_share_a_plan_and_give_postgresqls_answers() {
+    let srv = TestServer::start();
+    let a = srv.connect("sundial").await;
+    let b = srv.connect("sundial").await;
+    let mut pg = crate::pg_compare::PgServer::start();
+    let pgc = pg.connect().await;
+    let mut values = vec![];
+    for h in 0..4 {
+        for i in 0..288i64 {
+            let n = if i % 50 == 7 {
+                6_000_000_000 + i
+            } else {
+                i * 7 % 113
+            };
+            values.push(format!(
+                "('2024-01-01 00:00:00+00'::timestamptz + interval '{} minutes', 'host_{h}', {}.25, {n})",
+                i * 10,
+                (i * 37 + h * 11) % 100
+            ));
+        }
+    }
+    let ddl = "CREATE TABLE cpu (time timestamptz NOT NULL, hostname text, usage_user double precision, n bigint)";
+    a.batch_execute(&format!(
+        "{ddl} WITH (tsdb.hypertable, tsdb.chunk_interval = '1 day'); INSERT INTO cpu VALUES {}",
+        values.join(", ")
+    ))
+    .await
+    .expect("sundial setup");
+    pgc.batch_execute(&format!(
+        "SET TIME ZONE 'UTC'; {ddl}; INSERT INTO cpu VALUES {}",
+        values.join(", ")
+    ))
+    .await
+    .expect("postgres setup");
+
+    let shapes: &[&dyn Fn(usize) -> String] = &[
+        &|i| {
+            format!(
+                "SELECT hostname, max(usage_user), count(*) FROM cpu WHERE hostname IN ('host_{}', 'host_{}') AND time >= '2024-01-0{} 0{}:00:00' AND time < '2024-01-02 1{}:00:00' GROUP BY hostname ORDER BY hostname",
+                i % 4,
+                (i + 1) % 4,
+                1 + i % 2,
+                i % 10,
+                i % 10
+            )
+        },
+        &|i| {
+            let n = [5_i64, 90, 3_000_000_000, 6_000_000_100, -1, 0][i % 6];
+            format!(
+                "SELECT count(*), sum(n) FROM cpu WHERE n > {n} AND hostname = 'host_{}'",
+                i % 4
+            )
+        },
+        &|i| {
+            format!(
+                "SELECT time, hostname, usage_user FROM cpu WHERE usage_user > 80.5 AND time BETWEEN '2024-01-01 03:00:00+00' AND '2024-01-0{} 00:00:00+00' ORDER BY usage_user DESC, time, hostname LIMIT {}",
+                2 + i % 2,
+                [5, 10][i % 2]
+            )
+        },
+        &|i| {
+            format!(
+                "WITH h AS (SELECT date_trunc('hour', time) AS b, avg(usage_user) AS u FROM cpu WHERE hostname = 'host_{}' AND time < '2024-01-02' GROUP BY b) SELECT b, u FROM h WHERE u > {} ORDER BY b",
+                i % 4,
+                40 + i * 3
+            )
+        },
+    ];
+    for (k, shape) in shapes.iter().enumerate() {
+        for i in 0..6 {
+            let q = shape(i);
+            let client = if i % 2 == 0 { &a } else { &b };
+            let want = cells(text_rows(&pgc, &q).await);
+            assert_eq!(
+                cells(text_rows(client, &q).await),
+                want,
+                "shape {k}, text {q}"
+            );
+        }
+    }
+    // Every shape got a plan with parameters that later texts were bound into.
+    assert!(counter(&srv, "sundial_sql_plans_kept_bound_total").await >= shapes.len() as u64);
+    assert!(counter(&srv, "sundial_sql_plan_hits_bound_total").await >= 3 * shapes.len() as u64);
+
+    // Another time zone: a literal without an offset means another instant.
+    let q = |h: u32| {
+        format!(
+            "SELECT count(*) FROM cpu WHERE time >= '2024-01-01 {h:02}:00:00' AND hostname = 'host_1'"
+        )
+    };
+    b.batch_execute("SET TIME ZONE 'America/New_York'")
+        .await
+        .expect("set");
+    pgc.batch_execute("SET TIME ZONE 'America/New_York'")
+        .await
+        .expect("set");
+    for h in [1, 2, 3] {
+        assert_eq!(
+            cells(text_rows(&a, &q(h)).await),
+            [[(288 - 6 * h).to_string()]]
+        );
+        assert_eq!(
+            cells(text_rows(&b, &q(h)).await),
+            cells(text_rows(&pgc, &q(h)).await),
+            "{} in New York",
+            q(h)
+        );
+    }
 }

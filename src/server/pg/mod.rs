@@ -483,7 +483,7 @@ impl SimpleQueryHandler for Handler {
         let mut ok = true;
         for step in steps {
             let started = std::time::Instant::now();
-            let res = std::panic::AssertUnwindSafe(c.session.run_step(query, step))
+            let res = std::panic::AssertUnwindSafe(c.session.run_step(step))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
