@@ -265,6 +265,15 @@ pub(crate) fn select_columns(
     Ok(Arc::new(ProjectionExec::try_new(exprs, input)?))
 }
 
+/// The changes the session's open transaction made to table `id` (none outside one).
+pub(crate) fn staged_ops(state: &dyn Session, id: u64) -> Vec<crate::engine::tx::StagedOp> {
+    state
+        .config()
+        .get_extension::<Staging>()
+        .map(|s| s.ops_for(id))
+        .unwrap_or_default()
+}
+
 /// Whether `e` reads the time column and nothing else (and gives the same answer each
 /// time): the filters the scan applies itself.
 fn is_time_filter(table: &TableDef, e: &Expr) -> bool {
@@ -546,11 +555,7 @@ impl TableProvider for HypertableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let ops = state
-            .config()
-            .get_extension::<Staging>()
-            .map(|s| s.ops_for(self.table.id))
-            .unwrap_or_default();
+        let ops = staged_ops(state, self.table.id);
         if ops.is_empty() {
             return self.scan_stored(state, projection, filters, limit).await;
         }

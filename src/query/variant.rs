@@ -20,9 +20,8 @@ use datafusion::physical_expr::{EquivalenceProperties, Partitioning};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::{ExecutionPlan, PlanProperties};
 
-use super::provider::HypertableProvider;
+use super::provider::{HypertableProvider, staged_ops};
 use crate::catalog::TableDef;
-use crate::engine::tx::Staging;
 
 /// The hypertable a logical scan reads, when it reads one.
 pub(crate) fn hypertable_of(scan: &TableScan) -> Option<Arc<TableDef>> {
@@ -103,11 +102,9 @@ impl<V: ScanVariant> TableProvider for VariantProvider<V> {
             (self.inner.as_ref() as &dyn std::any::Any).downcast_ref::<HypertableProvider>()
         {
             // A transaction's own changes to the table: the plain scan shows them.
-            let staged = state
-                .config()
-                .get_extension::<Staging>()
-                .is_some_and(|s| !s.ops_for(h.table().id).is_empty());
-            if !staged && let Some(plan) = self.variant.scan(h, state, projection, filters).await? {
+            if staged_ops(state, h.table().id).is_empty()
+                && let Some(plan) = self.variant.scan(h, state, projection, filters).await?
+            {
                 return Ok(plan);
             }
         }

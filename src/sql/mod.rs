@@ -860,7 +860,7 @@ impl Session {
         let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
             .await?;
-        let plan = infer_placeholders(plan, declared)?;
+        let plan = infer_placeholders(plan, declared, false)?;
         Ok(Prepared::Plan {
             plan,
             is_dml,
@@ -955,7 +955,7 @@ impl Session {
         if let Some((table, batch)) = insert::scanned_insert(self, sql) {
             return Ok(vec![Step::Insert(table, batch)]);
         }
-        let shape = plan_cache::Shape::of(sql).filter(|s| s.is_query());
+        let shape = plan_cache::Shape::of(sql);
         if let Some(shape) = &shape
             && let Some(hit) = self.plans.get(
                 shape,
@@ -1115,7 +1115,8 @@ impl Session {
         else {
             return None;
         };
-        let plan = plan_cache::retype_params(plan, &lifted.types).ok()?;
+        // The literals' own types: the planner typed `time >= $1` by the column.
+        let plan = infer_placeholders(plan, &declared, true).ok()?;
         let optimized = state.optimize(&plan).ok()?;
         let bound = bind_and_simplify(state, optimized.clone(), lifted.values.clone()).ok()?;
         (bound == *expected).then_some(optimized)
@@ -1244,10 +1245,12 @@ pub(crate) fn first_value(
 }
 
 /// Gives untyped `$n` placeholders a type: the client's declared one, else the type
-/// of a cast directly around it (`$1::timestamptz`).
+/// of a cast directly around it (`$1::timestamptz`). With `force`, a declared type
+/// also replaces the one DataFusion's planner inferred from the context.
 fn infer_placeholders(
     plan: LogicalPlan,
     declared: &[Option<arrow::datatypes::DataType>],
+    force: bool,
 ) -> Result<LogicalPlan> {
     use arrow::datatypes::DataType;
     use datafusion::common::ScalarValue;
@@ -1291,6 +1294,12 @@ fn infer_placeholders(
             let e = e.transform_up(|e| {
                 Ok(match e {
                     Expr::Placeholder(Placeholder { id, field: f }) => match declared_for(&id) {
+                        Some(dt) if force && f.as_ref().map(|f| f.data_type()) != Some(&dt) => {
+                            Transformed::yes(Expr::Placeholder(Placeholder {
+                                field: field(&dt),
+                                id,
+                            }))
+                        }
                         // The client's int2/int4 wins over the int8 DataFusion guessed.
                         Some(dt @ (DataType::Int16 | DataType::Int32))
                             if f.as_ref()

@@ -14,8 +14,7 @@ use std::sync::Arc;
 use arrow::datatypes::DataType;
 use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::ScalarValue;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::logical_expr::expr::Placeholder;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 use datafusion::sql::sqlparser::ast::{self, Statement, VisitMut, VisitorMut};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -80,14 +79,19 @@ pub struct Shape {
     literals: Vec<Lit>,
     /// Where each literal starts in the text.
     at: Vec<Location>,
-    /// Whether the text starts with SELECT or WITH.
-    query: bool,
 }
 
 impl Shape {
     /// The shape of `sql`, `None` when it does not tokenize or is too long.
+    /// Only queries (texts starting with SELECT or WITH, which the pre-pass leaves as
+    /// they are) have one.
     pub fn of(sql: &str) -> Option<Shape> {
-        if sql.len() > MAX_SQL_LEN {
+        let head = sql.trim_start();
+        let starts = |w: &str| {
+            head.get(..w.len())
+                .is_some_and(|h| h.eq_ignore_ascii_case(w))
+        };
+        if sql.len() > MAX_SQL_LEN || !(starts("select") || starts("with")) {
             return None;
         }
         let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
@@ -120,21 +124,7 @@ impl Shape {
                 }
             }
         }
-        let query = key.starts_with("SELECT ")
-            || key.starts_with("WITH ")
-            || key.starts_with("select ")
-            || key.starts_with("with ");
-        Some(Shape {
-            key,
-            literals,
-            at,
-            query,
-        })
-    }
-
-    /// Whether the text is a query (a statement the pre-pass leaves as it is).
-    pub fn is_query(&self) -> bool {
-        self.query
+        Some(Shape { key, literals, at })
     }
 }
 
@@ -478,48 +468,6 @@ impl Lifter<'_> {
             _ => {}
         }
     }
-}
-
-/// Gives the lifted parameters the literals' own types (DataFusion's planner types
-/// `time >= $1` by the column; the literal was a string).
-pub fn retype_params(
-    plan: LogicalPlan,
-    types: &[DataType],
-) -> datafusion::error::Result<LogicalPlan> {
-    let out = plan.transform_up_with_subqueries(|node| {
-        let node = node.map_expressions(|e| {
-            e.transform_up(|e| {
-                Ok(match e {
-                    Expr::Placeholder(Placeholder { id, field }) => {
-                        let ty = id
-                            .strip_prefix('$')
-                            .and_then(|i| i.parse::<usize>().ok())
-                            .and_then(|i| types.get(i.checked_sub(1)?));
-                        match ty {
-                            Some(ty) if field.as_ref().map(|f| f.data_type()) != Some(ty) => {
-                                Transformed::yes(Expr::Placeholder(Placeholder {
-                                    id,
-                                    field: Some(Arc::new(arrow::datatypes::Field::new(
-                                        "",
-                                        ty.clone(),
-                                        true,
-                                    ))),
-                                }))
-                            }
-                            _ => Transformed::no(Expr::Placeholder(Placeholder { id, field })),
-                        }
-                    }
-                    other => Transformed::no(other),
-                })
-            })
-        })?;
-        if node.transformed {
-            node.map_data(|p| p.recompute_schema())
-        } else {
-            Ok(node)
-        }
-    })?;
-    Ok(out.data)
 }
 
 /// A fingerprint of what, in a session, changes how a text is planned.
