@@ -23,6 +23,10 @@ pub struct Metrics {
     /// Plans kept: with parameters (for every text of their shape), or for one text.
     pub plans_kept_bound: AtomicU64,
     pub plans_kept_exact: AtomicU64,
+    /// Executions of prepared queries answered by a kept plan, and plans kept for
+    /// prepared queries.
+    pub plan_hits_prepared: AtomicU64,
+    pub plans_kept_prepared: AtomicU64,
 }
 
 impl Metrics {
@@ -68,6 +72,8 @@ pub struct Snapshot {
     pub plan_hits_exact: u64,
     pub plans_kept_bound: u64,
     pub plans_kept_exact: u64,
+    pub plan_hits_prepared: u64,
+    pub plans_kept_prepared: u64,
     pub uptime_secs: u64,
 }
 
@@ -86,6 +92,8 @@ impl Metrics {
         s.plan_hits_exact = get(&self.plan_hits_exact);
         s.plans_kept_bound = get(&self.plans_kept_bound);
         s.plans_kept_exact = get(&self.plans_kept_exact);
+        s.plan_hits_prepared = get(&self.plan_hits_prepared);
+        s.plans_kept_prepared = get(&self.plans_kept_prepared);
     }
 }
 
@@ -233,6 +241,16 @@ pub fn render(s: &Snapshot) -> String {
             "sundial_sql_plans_kept_exact_total",
             "Plans kept for one exact text (their literals could not become parameters).",
             s.plans_kept_exact,
+        ),
+        (
+            "sundial_sql_plan_hits_prepared_total",
+            "Executions of prepared queries answered by the plan kept for the statement.",
+            s.plan_hits_prepared,
+        ),
+        (
+            "sundial_sql_plans_kept_prepared_total",
+            "Plans kept for prepared queries, with their parameters in place.",
+            s.plans_kept_prepared,
         ),
     ] {
         metric(&mut out, name, c, help, v);

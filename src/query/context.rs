@@ -69,8 +69,10 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContex
         .with_runtime_env(engine.runtime().clone())
         .with_default_features()
         .with_analyzer_rules(rules)
+        // The order `sql::session` keeps when one is switched off and on again.
         .with_optimizer_rule(Arc::new(super::latest::LatestRows))
         .with_optimizer_rule(Arc::new(super::newest_buckets::NewestBuckets))
+        .with_optimizer_rule(Arc::new(super::stats_answers::StatsAnswers))
         .build();
     let ctx = SessionContext::new_with_state(state);
     ctx.register_catalog(

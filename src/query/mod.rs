@@ -3,7 +3,8 @@
 //! files and memtable rows, last-write-wins merging), and the TimescaleDB-style
 //! system views (`timescaledb_information.*`); the newest-rows-per-series path
 //! (`latest`) for lastpoint-style queries and the newest-window path for the newest
-//! k time buckets (`newest_buckets`).
+//! k time buckets (`newest_buckets`); count/min/max answered from file statistics
+//! (`stats_answers`).
 
 pub mod context;
 pub mod dedup;
@@ -11,5 +12,6 @@ pub mod latest;
 pub mod newest_buckets;
 pub mod provider;
 pub mod staged;
+pub mod stats_answers;
 pub mod system;
 pub mod variant;

@@ -276,7 +276,7 @@ pub(crate) fn staged_ops(state: &dyn Session, id: u64) -> Vec<crate::engine::tx:
 
 /// Whether `e` reads the time column and nothing else (and gives the same answer each
 /// time): the filters the scan applies itself.
-fn is_time_filter(table: &TableDef, e: &Expr) -> bool {
+pub(crate) fn is_time_filter(table: &TableDef, e: &Expr) -> bool {
     let Some(tc) = &table.time_column else {
         return false;
     };
@@ -285,7 +285,7 @@ fn is_time_filter(table: &TableDef, e: &Expr) -> bool {
 }
 
 /// Time range of a file from its statistics; unbounded when unknown.
-fn file_time_range(table: &TableDef, f: &FileMeta) -> (i64, i64) {
+pub(crate) fn file_time_range(table: &TableDef, f: &FileMeta) -> (i64, i64) {
     let unknown = (i64::MIN, i64::MAX);
     let Some(tc) = &table.time_column else {
         return unknown;
@@ -330,7 +330,11 @@ const MAX_DIRTY_RANGES: usize = 64;
 /// Time ranges where two sources (files, memtable batches) overlap, or where one
 /// memtable batch may repeat a point: only rows there can be duplicates. Files hold
 /// no duplicates of their own (flush merges them). Sorted and disjoint.
-fn dirty_ranges(table: &TableDef, files: &[&FileMeta], mem: &[&MemBatch]) -> Vec<(i64, i64)> {
+pub(crate) fn dirty_ranges(
+    table: &TableDef,
+    files: &[&FileMeta],
+    mem: &[&MemBatch],
+) -> Vec<(i64, i64)> {
     let mut ranges: Vec<(i64, i64)> = files
         .iter()
         .map(|f| file_time_range(table, f))
@@ -440,7 +444,7 @@ pub fn files_all_match<'a>(
 
 /// For each container of `stats`, whether its statistics prove `pred` true on every
 /// row (see [`files_all_match`]).
-fn all_match(
+pub(crate) fn all_match(
     state: &dyn Session,
     schema: &SchemaRef,
     pred: &Expr,
@@ -624,6 +628,21 @@ impl HypertableProvider {
             .engine
             .view(self.table.id)
             .ok_or_else(|| crate::Error::UndefinedTable(self.table.name.clone()))?;
+        self.scan_view(state, view, &[], projection, filters, limit)
+    }
+
+    /// A scan of the files and memtable batches of `view` (one moment's view of the
+    /// table, so that a caller that reads part of it another way sees the same files)
+    /// but for the files marked in `skip` (by position in the table's file list).
+    pub(crate) fn scan_view(
+        &self,
+        state: &dyn Session,
+        view: crate::write::TableView,
+        skip: &[bool],
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let table = view.table;
         let schema = table.schema();
         let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
@@ -632,7 +651,10 @@ impl HypertableProvider {
             None => None,
         };
         let table_stats = self.engine.file_stats().for_table(&table);
-        let (keep_files, keep_mem) = kept_sources(state, &table, &view.mem, filters, &table_stats)?;
+        let (mut keep_files, keep_mem) =
+            kept_sources(state, &table, &view.mem, filters, &table_stats)?;
+        // Files answered elsewhere were not pruned: EXPLAIN counts them as kept.
+        let not_pruned = keep_files.iter().filter(|k| **k).count();
 
         let mut all_chunks = BTreeSet::new();
         let mut kept_chunks = BTreeSet::new();
@@ -647,6 +669,9 @@ impl HypertableProvider {
             if *keep {
                 kept_chunks.insert(*start);
             }
+        }
+        for (keep, skip) in keep_files.iter_mut().zip(skip) {
+            *keep &= !*skip;
         }
         let files: Vec<&FileMeta> = table
             .files
@@ -771,7 +796,7 @@ impl HypertableProvider {
             chunks_scanned: kept_chunks.len(),
             chunks_pruned: all_chunks.len() - kept_chunks.len(),
             files_scanned: files.len(),
-            files_pruned: table.files.len() - files.len(),
+            files_pruned: table.files.len() - not_pruned,
             input,
         }))
     }

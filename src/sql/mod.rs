@@ -73,6 +73,10 @@ pub enum Prepared {
         /// The result columns as execution will produce them (after type coercion),
         /// for Describe; `None` when only the unanalyzed plan's schema is known.
         described: Option<SchemaRef>,
+        /// For a query: what its optimized plan is kept under in the engine's plan
+        /// cache ([`plan_cache::prepared_key`]), for every execution of any session
+        /// that prepares the same statement.
+        cache_key: Option<String>,
     },
     /// Handled by Sundial itself.
     Native(Box<Statement>),
@@ -85,6 +89,9 @@ pub enum Step {
     Cached(plan_cache::Hit),
     /// A query that is the whole text (of this shape): its plan may be kept.
     WholeQuery(Statement, Option<plan_cache::Shape>),
+    /// `EXPLAIN` of a query that is the whole text, and what the plan cache holds
+    /// for the query's own text (EXPLAIN shows it as a `plan_cache` row).
+    Explain(Statement, plan_cache::Status),
     /// One of the text's statements.
     Statement(Statement),
     /// An INSERT of literal rows read by the fast scanner: the table and its rows.
@@ -102,6 +109,8 @@ pub struct Session {
     pub plans: Arc<plan_cache::PlanCache>,
     /// What of this session's settings changes how a text is planned, hashed.
     plan_settings: std::sync::atomic::AtomicU64,
+    /// Whether the session keeps and reuses plans (`sundial.plan_cache`).
+    plan_cache_on: std::sync::atomic::AtomicBool,
     /// Writes staged by an open transaction block (shared with `ctx`'s scans).
     pub staging: Arc<crate::engine::tx::Staging>,
     /// Savepoints, the aborted state, tables created in the block.
@@ -786,6 +795,7 @@ impl Session {
             settings,
             plans,
             plan_settings: Default::default(),
+            plan_cache_on: Default::default(),
             staging,
             tx: Default::default(),
             cursors: Default::default(),
@@ -843,6 +853,8 @@ impl Session {
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
         );
         let mut stmt = stmt;
+        let cache_key =
+            matches!(stmt, Statement::Query(_)).then(|| plan_cache::prepared_key(&stmt, declared));
         let mut fill = None;
         if let Statement::Query(q) = &mut stmt
             && gapfill::uses_gapfill(q)
@@ -861,10 +873,20 @@ impl Session {
             .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
             .await?;
         let plan = infer_placeholders(plan, declared, false)?;
+        // Only what runs as a plain query (not `SELECT .. INTO`, planned as DDL).
+        let plain_query = fill.is_none()
+            && !matches!(
+                plan,
+                LogicalPlan::Ddl(_)
+                    | LogicalPlan::Dml(_)
+                    | LogicalPlan::Copy(_)
+                    | LogicalPlan::Statement(_)
+            );
         Ok(Prepared::Plan {
             plan,
             is_dml,
             names,
+            cache_key: cache_key.filter(|_| plain_query),
             gapfill: fill,
             described: None,
         })
@@ -892,9 +914,15 @@ impl Session {
                 is_dml,
                 names,
                 gapfill: fill,
+                cache_key,
                 ..
             } => {
                 self.check_not_aborted(None)?;
+                if let Some(key) = cache_key
+                    && self.plan_cache_on()
+                {
+                    return self.run_prepared_query(key, plan, names, params).await;
+                }
                 let plan = match params {
                     Some(p) => plan.clone().with_param_values(p)?,
                     None => plan.clone(),
@@ -955,7 +983,10 @@ impl Session {
         if let Some((table, batch)) = insert::scanned_insert(self, sql) {
             return Ok(vec![Step::Insert(table, batch)]);
         }
-        let shape = plan_cache::Shape::of(sql);
+        let shape = match self.plan_cache_on() {
+            true => plan_cache::Shape::of(sql),
+            false => None,
+        };
         if let Some(shape) = &shape
             && let Some(hit) = self.plans.get(
                 shape,
@@ -972,6 +1003,14 @@ impl Session {
             && let Some(stmt) = stmts.pop()
         {
             return Ok(vec![Step::WholeQuery(stmt, shape)]);
+        }
+        if let [Statement::Explain { statement, .. }] = stmts.as_slice()
+            && let Statement::Query(q) = statement.as_ref()
+        {
+            let status = self.cache_status(sql, q);
+            if let Some(stmt) = stmts.pop() {
+                return Ok(vec![Step::Explain(stmt, status)]);
+            }
         }
         Ok(stmts.into_iter().map(Step::Statement).collect())
     }
@@ -1007,7 +1046,7 @@ impl Session {
     /// Runs one step of a simple-protocol query text (see [`Session::steps`]).
     pub async fn run_step(&self, step: Step) -> Result<Output> {
         match &step {
-            Step::Statement(stmt) | Step::WholeQuery(stmt, _) => {
+            Step::Statement(stmt) | Step::WholeQuery(stmt, _) | Step::Explain(stmt, _) => {
                 self.check_not_aborted(Some(stmt))?
             }
             Step::Cached(_) | Step::Insert(..) => self.check_not_aborted(None)?,
@@ -1029,11 +1068,81 @@ impl Session {
             }
             Step::WholeQuery(stmt, shape) => self.run_query_caching(stmt, shape).await,
             Step::Statement(stmt) => self.run_statement(stmt).await,
+            Step::Explain(stmt, status) => self.run_explain(stmt, status).await,
             Step::Insert(table, batch) => {
                 let n = self.write_rows(&table, batch).await?;
                 Ok(Output::Command(format!("INSERT 0 {n}")))
             }
         }
+    }
+
+    /// What the plan cache holds for query `q`, the statement an EXPLAIN text `sql`
+    /// explains (found in the text by its position).
+    fn cache_status(&self, sql: &str, q: &ast::Query) -> plan_cache::Status {
+        use datafusion::sql::sqlparser::ast::Spanned;
+        if !self.plan_cache_on() {
+            return plan_cache::Status::Off;
+        }
+        let start = prepass::LineIndex::new(sql).offset(&q.span().start);
+        let inner = start
+            .and_then(|i| sql.get(i..))
+            .map(|t| t.trim_end().trim_end_matches(';'));
+        let Some(shape) = inner.and_then(plan_cache::Shape::of) else {
+            return plan_cache::Status::NoShape;
+        };
+        let settings = self
+            .plan_settings
+            .load(std::sync::atomic::Ordering::Relaxed);
+        match self
+            .plans
+            .get(&shape, self.engine.catalog(), &self.db, settings)
+        {
+            Some(hit) => plan_cache::Status::Hit(hit.params.len()),
+            None => plan_cache::Status::Miss,
+        }
+    }
+
+    /// Runs an EXPLAIN and adds a `plan_cache` row saying whether a run of the query
+    /// would take a kept plan.
+    async fn run_explain(&self, stmt: Statement, status: plan_cache::Status) -> Result<Output> {
+        let p = self.prepare(stmt).await?;
+        let cacheable = match &p {
+            Prepared::Plan {
+                plan: LogicalPlan::Explain(e),
+                ..
+            } => plan_cache::cacheable(&e.plan, false).is_some(),
+            Prepared::Plan {
+                plan: LogicalPlan::Analyze(a),
+                ..
+            } => plan_cache::cacheable(&a.input, false).is_some(),
+            _ => false,
+        };
+        let out = self.execute(&p, None).await?;
+        let Output::Rows(schema, stream) = out else {
+            return Ok(out);
+        };
+        let text = |i: usize, name: &str| {
+            schema.fields().get(i).is_some_and(|f| {
+                f.name() == name && f.data_type() == &arrow::datatypes::DataType::Utf8
+            })
+        };
+        if schema.fields().len() != 2 || !text(0, "plan_type") || !text(1, "plan") {
+            return Ok(Output::Rows(schema, stream));
+        }
+        let row = arrow::array::RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(arrow::array::StringArray::from(vec!["plan_cache"])),
+                Arc::new(arrow::array::StringArray::from(vec![
+                    status.describe(cacheable),
+                ])),
+            ],
+        )?;
+        use futures::StreamExt;
+        let rows = stream.chain(futures::stream::iter([Ok(row)]));
+        let stream =
+            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema.clone(), rows);
+        Ok(Output::Rows(schema, Box::pin(stream)))
     }
 
     /// Runs a query that is all of a text of `shape`, keeping its optimized plan for
@@ -1056,7 +1165,7 @@ impl Session {
             ..
         } = &p
             && let Some(shape) = &shape
-            && let Some(tables) = plan_cache::cacheable(plan)
+            && let Some(tables) = plan_cache::cacheable(plan, false)
         {
             let optimized = state.optimize(plan)?;
             // The plan with parameters, when binding this text's values into it
@@ -1065,13 +1174,7 @@ impl Session {
             if let Some(l) = &lifted {
                 with_params = self.plan_with_params(&state, l, &optimized).await;
             }
-            let views = self
-                .engine
-                .catalog()
-                .snapshot()
-                .database(&self.db)
-                .map(|d| d.views.clone())
-                .unwrap_or_default();
+            let views = self.views_now();
             let settings = self
                 .plan_settings
                 .load(std::sync::atomic::Ordering::Relaxed);
@@ -1122,6 +1225,84 @@ impl Session {
         (bound == *expected).then_some(optimized)
     }
 
+    /// Runs a prepared query through the plan cache: the optimized plan kept for the
+    /// statement, with this execution's values bound and re-simplified; else the plan
+    /// optimized with the values in place, keeping the plan optimized with its
+    /// parameters when binding these values into it gives the same plan.
+    async fn run_prepared_query(
+        &self,
+        key: &str,
+        plan: &LogicalPlan,
+        names: &Option<Vec<String>>,
+        params: Option<datafusion::common::ParamValues>,
+    ) -> Result<Output> {
+        use datafusion::common::ParamValues;
+        let values: Vec<datafusion::common::ScalarValue> = match params {
+            Some(ParamValues::List(list)) => list.into_iter().map(|v| v.value).collect(),
+            Some(ParamValues::Map(_)) => {
+                return Err(Error::Internal(
+                    "named parameters in a prepared query".into(),
+                ));
+            }
+            None => vec![],
+        };
+        let types: Vec<arrow::datatypes::DataType> = values.iter().map(|v| v.data_type()).collect();
+        let state = self.ctx.state();
+        let settings = self
+            .plan_settings
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let m = self.engine.metrics();
+        if let Some(entry) =
+            self.plans
+                .get_prepared(key, &types, self.engine.catalog(), &self.db, settings)
+        {
+            m.plan_hits_prepared
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let plan = bind_and_simplify(&state, entry.plan.clone(), values)?;
+            return self
+                .run_optimized(&state, &plan, entry.names.as_deref())
+                .await;
+        }
+        let bound = match values.is_empty() {
+            true => plan.clone(),
+            false => plan.clone().with_param_values(values.clone())?,
+        };
+        let optimized = state.optimize(&bound)?;
+        if let Some(tables) = plan_cache::cacheable(plan, true) {
+            let general = match values.is_empty() {
+                true => Some(optimized.clone()),
+                false => state.optimize(plan).ok().filter(|g| {
+                    bind_and_simplify(&state, g.clone(), values.clone())
+                        .is_ok_and(|b| b == optimized)
+                }),
+            };
+            if let Some(general) = general {
+                m.plans_kept_prepared
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let kept = plan_cache::Kept {
+                    plan: general,
+                    names: names.clone(),
+                    tables,
+                    views: self.views_now(),
+                };
+                self.plans
+                    .keep_prepared(key, types, &self.db, settings, kept);
+            }
+        }
+        self.run_optimized(&state, &optimized, names.as_deref())
+            .await
+    }
+
+    /// The database's views as the catalog has them now.
+    fn views_now(&self) -> std::collections::BTreeMap<String, crate::catalog::ViewDef> {
+        self.engine
+            .catalog()
+            .snapshot()
+            .database(&self.db)
+            .map(|d| d.views.clone())
+            .unwrap_or_default()
+    }
+
     /// Plans and starts an already optimized query.
     async fn run_optimized(
         &self,
@@ -1163,6 +1344,19 @@ impl Session {
         let fp = plan_cache::fingerprint(options.chain(settings).chain(rules));
         self.plan_settings
             .store(fp, std::sync::atomic::Ordering::Relaxed);
+        let on = self
+            .settings
+            .read()
+            .get(session::PLAN_CACHE)
+            .is_none_or(|v| v == "on");
+        self.plan_cache_on
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether this session keeps and reuses plans.
+    fn plan_cache_on(&self) -> bool {
+        self.plan_cache_on
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Evaluates a constant expression through DataFusion (`SELECT e`); NULL when the

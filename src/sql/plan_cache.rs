@@ -71,6 +71,36 @@ impl Lit {
     }
 }
 
+/// What the cache holds for a query text, as EXPLAIN reports it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Status {
+    /// The session switched the cache off (`sundial.plan_cache`).
+    Off,
+    /// The text has no shape: not a SELECT or WITH text, or longer than 16 KB.
+    NoShape,
+    /// A kept plan answers it, with this many of its literals bound as parameters.
+    Hit(usize),
+    /// Nothing is kept for its shape yet.
+    Miss,
+}
+
+impl Status {
+    /// The `plan_cache` line of EXPLAIN; `cacheable` says whether the query's plan
+    /// may be kept at all.
+    pub fn describe(self, cacheable: bool) -> String {
+        match (self, cacheable) {
+            (Status::Off, _) => "not used: sundial.plan_cache is off".into(),
+            (Status::Hit(0), _) => "hit: the plan kept for this exact text".into(),
+            (Status::Hit(n), _) => format!(
+                "hit: the plan kept for this query shape, {n} literal(s) bound as parameters and re-simplified"
+            ),
+            (_, false) => "not used: the query reads system tables, calls volatile functions or has parameters".into(),
+            (Status::NoShape, true) => "not used: only SELECT and WITH texts up to 16 KB are kept".into(),
+            (Status::Miss, true) => "miss: nothing kept for this shape yet; a run plans the text and keeps its plan for texts of this shape".into(),
+        }
+    }
+}
+
 /// A query text seen as its shape: the tokens with each string and integer literal
 /// taken out, and those literals in order.
 #[derive(Debug)]
@@ -158,6 +188,9 @@ pub struct Entry {
     /// The database's views when it was planned (a plan may have inlined one).
     views: BTreeMap<String, ViewDef>,
     slots: Vec<Slot>,
+    /// For a prepared statement's plan: the types its bound values had when it was
+    /// checked (a later execution binds values of these types only).
+    bound: Vec<DataType>,
 }
 
 /// A table as a cached plan saw it: the plan holds while the name still leads to the
@@ -197,26 +230,35 @@ impl PlanCache {
     /// The kept plan for a text of `shape` when every table it reads is unchanged
     /// in `catalog`, with the text's values for its parameters.
     pub fn get(&self, shape: &Shape, catalog: &Catalog, db: &str, settings: u64) -> Option<Hit> {
-        let scope = Scope {
-            db: db.to_string(),
-            settings,
-        };
         let candidates = self
             .entries
             .lock()
-            .get(&(scope, shape.key.clone()))
+            .get(&key(db, settings, &shape.key))
             .cloned()?;
         let (entry, params) = candidates.into_iter().find_map(|e| {
             let params = bind(&e.slots, &shape.literals)?;
             Some((e, params))
         })?;
-        let catalog = catalog.snapshot();
-        let unchanged = entry.tables.iter().all(|k| {
-            catalog
-                .table(db, &k.name)
-                .is_ok_and(|t| t.id == k.id && t.columns == k.columns)
-        }) && catalog.database(db).is_ok_and(|d| d.views == entry.views);
-        unchanged.then_some(Hit { entry, params })
+        unchanged(&entry, catalog, db).then_some(Hit { entry, params })
+    }
+
+    /// The kept plan of the prepared statement `statement` (see [`prepared_key`]),
+    /// for bound values of `types`, when every table it reads is unchanged.
+    pub fn get_prepared(
+        &self,
+        statement: &str,
+        types: &[DataType],
+        catalog: &Catalog,
+        db: &str,
+        settings: u64,
+    ) -> Option<Arc<Entry>> {
+        let candidates = self
+            .entries
+            .lock()
+            .get(&key(db, settings, statement))
+            .cloned()?;
+        let entry = candidates.into_iter().find(|e| e.bound == types)?;
+        unchanged(&entry, catalog, db).then_some(entry)
     }
 
     /// Keeps `kept` for texts of `shape`: for every text of it when `lifted` is how
@@ -240,26 +282,32 @@ impl PlanCache {
                 None => Slot::Fixed(l.clone()),
             })
             .collect();
-        let entry = Arc::new(Entry {
-            plan: kept.plan,
-            names: kept.names,
-            tables: kept.tables,
-            views: kept.views,
-            slots,
-        });
-        let key = (
-            Scope {
-                db: db.to_string(),
-                settings,
-            },
-            shape.key.clone(),
-        );
+        self.insert(key(db, settings, &shape.key), entry(kept, slots, vec![]));
+    }
+
+    /// Keeps `kept`, the optimized plan of prepared statement `statement` with its
+    /// parameters in place, for executions that bind values of `types` (the caller
+    /// checked that binding one execution's values gives the plan those values
+    /// optimize to).
+    pub fn keep_prepared(
+        &self,
+        statement: &str,
+        types: Vec<DataType>,
+        db: &str,
+        settings: u64,
+        kept: Kept,
+    ) {
+        self.insert(key(db, settings, statement), entry(kept, vec![], types));
+    }
+
+    fn insert(&self, key: (Scope, String), entry: Entry) {
+        let entry = Arc::new(entry);
         let mut entries = self.entries.lock();
         if entries.len() >= MAX_SHAPES && !entries.contains_key(&key) {
             entries.clear();
         }
         let list = entries.entry(key).or_default();
-        list.retain(|e| e.slots != entry.slots);
+        list.retain(|e| e.slots != entry.slots || e.bound != entry.bound);
         if list.len() >= MAX_PER_SHAPE {
             list.remove(0);
         }
@@ -270,6 +318,44 @@ impl PlanCache {
     pub fn clear(&self) {
         self.entries.lock().clear();
     }
+}
+
+/// The cache key of a prepared statement: its text as parsed and the parameter types
+/// the client declared (which the plan depends on). It never equals a shape's key.
+pub fn prepared_key(stmt: &Statement, declared: &[Option<DataType>]) -> String {
+    format!("\u{2}{stmt}\u{2}{declared:?}")
+}
+
+fn key(db: &str, settings: u64, key: &str) -> (Scope, String) {
+    (
+        Scope {
+            db: db.to_string(),
+            settings,
+        },
+        key.to_string(),
+    )
+}
+
+fn entry(kept: Kept, slots: Vec<Slot>, bound: Vec<DataType>) -> Entry {
+    Entry {
+        plan: kept.plan,
+        names: kept.names,
+        tables: kept.tables,
+        views: kept.views,
+        slots,
+        bound,
+    }
+}
+
+/// Whether every table `entry` reads, and the database's views, are as they were
+/// when it was planned.
+fn unchanged(entry: &Entry, catalog: &Catalog, db: &str) -> bool {
+    let catalog = catalog.snapshot();
+    entry.tables.iter().all(|k| {
+        catalog
+            .table(db, &k.name)
+            .is_ok_and(|t| t.id == k.id && t.columns == k.columns)
+    }) && catalog.database(db).is_ok_and(|d| d.views == entry.views)
 }
 
 /// The parameter values of `literals` for a plan with `slots`, when the literals fit.
@@ -296,8 +382,9 @@ fn bind(slots: &[Slot], literals: &[Lit]) -> Option<Vec<ScalarValue>> {
 /// The tables an unoptimized query plan reads, when its optimized form may be reused:
 /// it reads only user tables (whose scans pick files when they run), calls only
 /// immutable functions (the optimizer folds `now()` and session-dependent functions
-/// into constants) and has no parameters of its own.
-pub fn cacheable(plan: &LogicalPlan) -> Option<Vec<TableKey>> {
+/// into constants) and has no parameters of its own unless `params` (a prepared
+/// statement's, bound on every execution).
+pub fn cacheable(plan: &LogicalPlan, params: bool) -> Option<Vec<TableKey>> {
     let mut tables = vec![];
     let mut ok = true;
     let walk = plan.apply_with_subqueries(|node| {
@@ -325,7 +412,7 @@ pub fn cacheable(plan: &LogicalPlan) -> Option<Vec<TableKey>> {
                     Expr::ScalarFunction(f) => {
                         f.func.signature().volatility == Volatility::Immutable
                     }
-                    Expr::Placeholder(_) => false,
+                    Expr::Placeholder(_) => params,
                     _ => true,
                 };
                 if fixed {

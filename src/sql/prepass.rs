@@ -249,13 +249,13 @@ fn options_text(toks: &[&TokenWithSpan]) -> Option<String> {
 }
 
 /// Maps sqlparser line/column locations (1-based, columns in chars) to byte offsets.
-struct LineIndex<'a> {
+pub(crate) struct LineIndex<'a> {
     sql: &'a str,
     starts: Vec<usize>,
 }
 
 impl<'a> LineIndex<'a> {
-    fn new(sql: &'a str) -> Self {
+    pub(crate) fn new(sql: &'a str) -> Self {
         let mut starts = vec![0];
         for (i, c) in sql.char_indices() {
             if c == '\n' {
@@ -265,7 +265,10 @@ impl<'a> LineIndex<'a> {
         LineIndex { sql, starts }
     }
 
-    fn offset(&self, loc: &datafusion::sql::sqlparser::tokenizer::Location) -> Option<usize> {
+    pub(crate) fn offset(
+        &self,
+        loc: &datafusion::sql::sqlparser::tokenizer::Location,
+    ) -> Option<usize> {
         let line_start = *self.starts.get((loc.line as usize).checked_sub(1)?)?;
         let col = (loc.column as usize).checked_sub(1)?;
         let rest = &self.sql[line_start..];

@@ -57,6 +57,8 @@ pub fn default_settings(db: &str, user: &str) -> Settings {
     m.insert("sundial.database".into(), db.to_string());
     m.insert(LATEST_ROWS.into(), "on".into());
     m.insert(NEWEST_BUCKETS.into(), "on".into());
+    m.insert(PLAN_CACHE.into(), "on".into());
+    m.insert(STATS_ANSWERS.into(), "on".into());
     Arc::new(RwLock::new(m))
 }
 
@@ -151,6 +153,25 @@ pub const LATEST_ROWS: &str = "sundial.latest_rows";
 /// Whether `GROUP BY bucket ORDER BY bucket DESC LIMIT k` reads only the newest
 /// window holding k buckets (`on`, the default) or every row in the range (`off`).
 pub const NEWEST_BUCKETS: &str = "sundial.newest_buckets";
+/// Whether count/min/max without GROUP BY take the files wholly inside the time
+/// filter from their statistics (`on`, the default) or read them (`off`).
+pub const STATS_ANSWERS: &str = "sundial.stats_answers";
+/// Whether query plans are kept per shape and per prepared statement and reused
+/// (`on`, the default) or every query is planned from its text (`off`: for
+/// measuring what the cache saves).
+pub const PLAN_CACHE: &str = "sundial.plan_cache";
+
+/// A Boolean setting's value.
+fn boolean(k: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" | "default" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        _ => Err(Error::sql(
+            "22023",
+            format!("parameter \"{k}\" requires a Boolean value"),
+        )),
+    }
+}
 
 fn set(session: &Session, name: &str, value: String) -> Result<()> {
     let k = key(name);
@@ -165,31 +186,45 @@ fn set(session: &Session, name: &str, value: String) -> Result<()> {
     } else {
         value
     };
-    if k == LATEST_ROWS || k == NEWEST_BUCKETS {
-        let on = match value.to_ascii_lowercase().as_str() {
-            "on" | "true" | "1" | "yes" | "default" => true,
-            "off" | "false" | "0" | "no" => false,
-            _ => {
-                return Err(Error::sql(
-                    "22023",
-                    format!("parameter \"{k}\" requires a Boolean value"),
-                ));
-            }
-        };
-        let rule: Arc<dyn datafusion::optimizer::OptimizerRule + Send + Sync> = if k == LATEST_ROWS
-        {
-            Arc::new(crate::query::latest::LatestRows)
-        } else {
-            Arc::new(crate::query::newest_buckets::NewestBuckets)
-        };
-        session.ctx.remove_optimizer_rule(rule.name());
-        if on {
-            session.ctx.add_optimizer_rule(rule);
-        }
+    if k == PLAN_CACHE {
+        let on = boolean(&k, &value)?;
         session
             .settings
             .write()
             .insert(k, if on { "on" } else { "off" }.into());
+        return Ok(());
+    }
+    if k == LATEST_ROWS || k == NEWEST_BUCKETS || k == STATS_ANSWERS {
+        let on = boolean(&k, &value)?;
+        session
+            .settings
+            .write()
+            .insert(k, if on { "on" } else { "off" }.into());
+        // Sundial's rules, in the order the context starts with (which rule takes a
+        // query both could serve must not depend on what was switched when).
+        let rules: [(
+            &str,
+            Arc<dyn datafusion::optimizer::OptimizerRule + Send + Sync>,
+        ); 3] = [
+            (LATEST_ROWS, Arc::new(crate::query::latest::LatestRows)),
+            (
+                NEWEST_BUCKETS,
+                Arc::new(crate::query::newest_buckets::NewestBuckets),
+            ),
+            (
+                STATS_ANSWERS,
+                Arc::new(crate::query::stats_answers::StatsAnswers),
+            ),
+        ];
+        for (_, rule) in &rules {
+            session.ctx.remove_optimizer_rule(rule.name());
+        }
+        for (key, rule) in rules {
+            let on = session.settings.read().get(key).is_none_or(|v| v == "on");
+            if on {
+                session.ctx.add_optimizer_rule(rule);
+            }
+        }
         return Ok(());
     }
     if k == "timezone" {

@@ -15,5 +15,6 @@ mod pg_compare;
 mod plan_cache;
 mod psql;
 mod scan;
+mod stats_answers;
 mod transactions;
 mod wire;

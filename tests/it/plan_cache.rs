@@ -197,3 +197,168 @@ async fn texts_of_one_shape_share_a_plan_and_give_postgresqls_answers() {
         );
     }
 }
+
+/// Prepared statements (extended protocol, as every driver sends them) run on the
+/// plan kept for the statement, with each execution's values bound: every answer
+/// equals PostgreSQL's, for parameters of several types, NULLs, executions from
+/// another session, and rows written between executions.
+#[tokio::test]
+async fn prepared_statements_share_a_plan_and_give_postgresqls_answers() {
+    let srv = TestServer::start();
+    let a = srv.connect("sundial").await;
+    let b = srv.connect("sundial").await;
+    let mut pg = crate::pg_compare::PgServer::start();
+    let pgc = pg.connect().await;
+    let ddl = "CREATE TABLE cpu (time timestamptz NOT NULL, hostname text, usage_user double precision, n bigint)";
+    let rows = |from: i64| {
+        (from..from + 200)
+            .map(|i| {
+                format!(
+                    "('2024-01-01 00:00:00+00'::timestamptz + interval '{} minutes', 'host_{}', {}.5, {})",
+                    i * 15,
+                    i % 3,
+                    (i * 37) % 100,
+                    if i % 9 == 0 { "NULL".to_string() } else { (i * 1_000_003).to_string() }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    a.batch_execute(&format!(
+        "{ddl} WITH (tsdb.hypertable, tsdb.chunk_interval = '1 day'); INSERT INTO cpu VALUES {}",
+        rows(0)
+    ))
+    .await
+    .expect("sundial setup");
+    pgc.batch_execute(&format!(
+        "SET TIME ZONE 'UTC'; {ddl}; INSERT INTO cpu VALUES {}",
+        rows(0)
+    ))
+    .await
+    .expect("postgres setup");
+
+    let by_host = "SELECT hostname, count(*), max(usage_user), sum(n) FROM cpu WHERE hostname = $1 AND time >= $2 AND time < $3 GROUP BY hostname";
+    let above =
+        "SELECT time, n FROM cpu WHERE n > $1 AND usage_user >= $2 ORDER BY time DESC LIMIT 5";
+    let ts = |s: &str| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .expect("time")
+            .with_timezone(&chrono::Utc)
+    };
+    type Row = Vec<String>;
+    async fn run(
+        c: &tokio_postgres::Client,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Vec<Row> {
+        let stmt = c.prepare(sql).await.expect("prepare");
+        c.query(&stmt, params)
+            .await
+            .expect("query")
+            .iter()
+            .map(|r| {
+                (0..r.len())
+                    .map(|i| {
+                        let t = r.columns()[i].type_().clone();
+                        match t {
+                            tokio_postgres::types::Type::TEXT => r.get::<_, Option<String>>(i),
+                            tokio_postgres::types::Type::INT8 => {
+                                r.get::<_, Option<i64>>(i).map(|v| v.to_string())
+                            }
+                            tokio_postgres::types::Type::NUMERIC => r
+                                .get::<_, Option<rust_decimal::Decimal>>(i)
+                                .map(|v| v.normalize().to_string()),
+                            tokio_postgres::types::Type::FLOAT8 => {
+                                r.get::<_, Option<f64>>(i).map(|v| v.to_string())
+                            }
+                            tokio_postgres::types::Type::TIMESTAMPTZ => r
+                                .get::<_, Option<chrono::DateTime<chrono::Utc>>>(i)
+                                .map(|v| v.to_rfc3339()),
+                            other => panic!("column type {other}"),
+                        }
+                        .unwrap_or_else(|| "NULL".into())
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+    let hits_before = counter(&srv, "sundial_sql_plan_hits_prepared_total").await;
+    for round in 0..2 {
+        for i in 0..6usize {
+            let host = (i % 4 < 3).then(|| format!("host_{}", i % 3));
+            let from = ts(&format!("2024-01-01T0{}:00:00Z", i));
+            let to = ts(&format!("2024-01-0{}T12:00:00Z", 1 + i % 3));
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&host, &from, &to];
+            let client = if i % 2 == 0 { &a } else { &b };
+            assert_eq!(
+                run(client, by_host, &params).await,
+                run(&pgc, by_host, &params).await,
+                "{by_host} with {host:?} {from} {to}, round {round}"
+            );
+            let n: i64 = [0, 50_000_000, 150_000_000, i64::MAX][i % 4];
+            let u: f64 = [10.5, 0.0, 99.5][i % 3];
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&n, &u];
+            assert_eq!(
+                run(client, above, &params).await,
+                run(&pgc, above, &params).await,
+                "{above} with {n} {u}, round {round}"
+            );
+        }
+        // Rows written between executions are read by the kept plan.
+        let more = rows(200 + round * 200);
+        a.batch_execute(&format!("INSERT INTO cpu VALUES {more}"))
+            .await
+            .expect("insert");
+        pgc.batch_execute(&format!("INSERT INTO cpu VALUES {more}"))
+            .await
+            .expect("insert");
+    }
+    let hits = counter(&srv, "sundial_sql_plan_hits_prepared_total").await - hits_before;
+    assert!(
+        hits >= 16,
+        "prepared executions answered by a kept plan: {hits}"
+    );
+    assert!(counter(&srv, "sundial_sql_plans_kept_prepared_total").await >= 2);
+}
+
+/// EXPLAIN says whether a run of the query takes a kept plan.
+#[tokio::test]
+async fn explain_shows_the_plan_cache() {
+    let srv = TestServer::start();
+    let c = srv.connect("sundial").await;
+    c.batch_execute(
+        "CREATE TABLE t (time timestamptz NOT NULL, host text, v bigint) WITH (tsdb.hypertable);
+         INSERT INTO t VALUES ('2024-01-01 00:00:00+00', 'a', 1)",
+    )
+    .await
+    .expect("setup");
+    let cache_line = |rows: Vec<Vec<Option<String>>>| {
+        rows.into_iter()
+            .find(|r| r[0].as_deref() == Some("plan_cache"))
+            .and_then(|r| r[1].clone())
+            .expect("a plan_cache row")
+    };
+    let explain = |q: String| {
+        let c = &c;
+        async move { cache_line(text_rows(c, &format!("EXPLAIN {q}")).await) }
+    };
+    let q = |host: &str| format!("SELECT count(*) FROM t WHERE host = '{host}'");
+    assert!(explain(q("a")).await.starts_with("miss"));
+    assert_eq!(cells(text_rows(&c, &q("a")).await), [["1"]]);
+    let line = explain(q("zz")).await;
+    assert!(
+        line.starts_with("hit") && line.contains("1 literal"),
+        "{line}"
+    );
+    assert!(
+        explain("SELECT count(*) FROM pg_class WHERE relname = 't'".into())
+            .await
+            .starts_with("not used")
+    );
+    c.batch_execute("SET sundial.plan_cache = off")
+        .await
+        .expect("set");
+    let line = explain(q("zz")).await;
+    assert!(line.contains("sundial.plan_cache is off"), "{line}");
+    assert_eq!(cells(text_rows(&c, &q("zz")).await), [["0"]]);
+}

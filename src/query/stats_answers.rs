@@ -1,0 +1,560 @@
+//! Aggregates answered from file statistics: `count(*)`, `count(c)`, `min(c)` and
+//! `max(c)` without GROUP BY over a hypertable filtered on time alone. Files wholly
+//! inside the filter (for line-protocol tables: overlapping no other source, so no
+//! row of theirs is merged away) give their row count, null counts and min/max from
+//! the catalog; the rest (files the filter cuts, memtable rows) is aggregated as
+//! usual, and one aggregate over both parts gives the answer.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, new_null_array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::catalog::default_table_source::{provider_as_source, source_as_provider};
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{Column, ScalarValue};
+use datafusion::datasource::TableProvider;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::expr::AggregateFunction;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{
+    Aggregate, AggregateUDF, Expr, LogicalPlan, Projection, TableProviderFilterPushDown,
+    TableScanBuilder, TableType,
+};
+use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+
+use super::provider::{
+    HypertableProvider, all_match, dirty_ranges, file_time_range, is_time_filter, kept_sources,
+    staged_ops,
+};
+use super::variant::{hypertable_of, leaf_plan_methods, one_partition};
+use crate::catalog::{FileMeta, TableDef};
+use crate::storage;
+
+/// The optimizer rule; see the module documentation.
+#[derive(Debug, Default)]
+pub struct StatsAnswers;
+
+/// One aggregate of the query, as the parts compute it.
+#[derive(Debug, Clone, PartialEq)]
+enum Part {
+    /// `count(*)`: rows.
+    Rows,
+    /// `count(c)`: rows where column `c` (by position in the table) is not NULL.
+    NonNull(usize),
+    /// `min(c)` / `max(c)`.
+    Min(usize),
+    Max(usize),
+}
+
+impl OptimizerRule for StatsAnswers {
+    fn name(&self) -> &str {
+        "sundial_stats_answers"
+    }
+
+    fn apply_order(&self) -> Option<ApplyOrder> {
+        Some(ApplyOrder::TopDown)
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> DfResult<Transformed<LogicalPlan>> {
+        let LogicalPlan::Aggregate(agg) = &plan else {
+            return Ok(Transformed::no(plan));
+        };
+        match rewrite(agg)? {
+            Some(p) => Ok(Transformed::yes(p)),
+            None => Ok(Transformed::no(plan)),
+        }
+    }
+}
+
+/// The aggregate `e` as a part, and the function that combines parts (`None`: sum).
+fn part_of(e: &Expr, table: &TableDef) -> Option<(Part, Option<Arc<AggregateUDF>>)> {
+    let e = match e {
+        Expr::Alias(a) => a.expr.as_ref(),
+        e => e,
+    };
+    let Expr::AggregateFunction(AggregateFunction { func, params }) = e else {
+        return None;
+    };
+    if params.distinct
+        || params.filter.is_some()
+        || !params.order_by.is_empty()
+        || params.null_treatment.is_some()
+    {
+        return None;
+    }
+    let column = |e: &Expr| -> Option<usize> {
+        let Expr::Column(c) = e else { return None };
+        table.columns.iter().position(|col| col.name == c.name)
+    };
+    let supported = |i: usize| {
+        matches!(
+            table.columns[i].sql_type.to_arrow(),
+            DataType::Boolean
+                | DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Decimal128(_, _)
+                | DataType::Utf8
+                | DataType::Date32
+                | DataType::Timestamp(_, _)
+        )
+    };
+    match (func.name(), params.args.as_slice()) {
+        ("count", [Expr::Literal(v, _)]) if !v.is_null() => Some((Part::Rows, None)),
+        ("count", [a]) => Some((Part::NonNull(column(a)?), None)),
+        ("min", [a]) => {
+            let i = column(a).filter(|i| supported(*i))?;
+            Some((Part::Min(i), Some(func.clone())))
+        }
+        ("max", [a]) => {
+            let i = column(a).filter(|i| supported(*i))?;
+            Some((Part::Max(i), Some(func.clone())))
+        }
+        _ => None,
+    }
+}
+
+/// `Aggregate(no groups; count/min/max) <- TableScan(hypertable, time filters)` as
+/// `Projection <- Aggregate(sum/min/max of the parts) <- TableScan(parts)`.
+fn rewrite(agg: &Aggregate) -> DfResult<Option<LogicalPlan>> {
+    if !agg.group_expr.is_empty() || agg.aggr_expr.is_empty() {
+        return Ok(None);
+    }
+    let LogicalPlan::TableScan(scan) = agg.input.as_ref() else {
+        return Ok(None);
+    };
+    let Some(table) = hypertable_of(scan) else {
+        return Ok(None);
+    };
+    if scan.fetch.is_some() || !scan.filters.iter().all(|f| is_time_filter(&table, f)) {
+        return Ok(None);
+    }
+    let mut parts = vec![];
+    let mut combine = vec![];
+    for e in &agg.aggr_expr {
+        let Some((part, f)) = part_of(e, &table) else {
+            return Ok(None);
+        };
+        parts.push(part);
+        combine.push(f);
+    }
+    let schema = table.schema();
+    let fields: Vec<Field> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let ty = match p {
+                Part::Rows | Part::NonNull(_) => DataType::Int64,
+                Part::Min(c) | Part::Max(c) => schema.field(*c).data_type().clone(),
+            };
+            Field::new(format!("__sundial_part_{i}"), ty, true)
+        })
+        .collect();
+    // The query's own types: the rewrite must not change them.
+    for (i, f) in fields.iter().enumerate() {
+        if agg.schema.field(i).data_type() != f.data_type() {
+            return Ok(None);
+        }
+    }
+    let inner = source_as_provider(&scan.source)?;
+    let provider = StatsProvider {
+        inner,
+        table_name: table.name.clone(),
+        parts: parts.clone(),
+        schema: Arc::new(Schema::new(fields.clone())),
+    };
+    let parts_scan = LogicalPlan::TableScan(
+        TableScanBuilder::new(
+            scan.table_name.clone(),
+            provider_as_source(Arc::new(provider)),
+        )
+        .with_filters(scan.filters.clone())
+        .build()?,
+    );
+    let sum = datafusion::functions_aggregate::sum::sum_udaf();
+    let mut outer = vec![];
+    for (i, (f, how)) in fields.iter().zip(&combine).enumerate() {
+        let col = Expr::Column(Column::new(Some(scan.table_name.clone()), f.name()));
+        let func = how.clone().unwrap_or_else(|| sum.clone());
+        outer.push(
+            Expr::AggregateFunction(AggregateFunction::new_udf(
+                func,
+                vec![col],
+                false,
+                None,
+                vec![],
+                None,
+            ))
+            .alias(format!("__sundial_combined_{i}")),
+        );
+    }
+    let combined = Aggregate::try_new(Arc::new(parts_scan), vec![], outer)?;
+    let mut exprs = vec![];
+    for (i, p) in parts.iter().enumerate() {
+        let c = Expr::Column(Column::from_name(format!("__sundial_combined_{i}")));
+        let value = match p {
+            // No part at all (nothing matched): count is 0, not NULL.
+            Part::Rows | Part::NonNull(_) => datafusion::functions::expr_fn::coalesce(vec![
+                c,
+                Expr::Literal(ScalarValue::Int64(Some(0)), None),
+            ]),
+            Part::Min(_) | Part::Max(_) => c,
+        };
+        let (q, f) = agg.schema.qualified_field(i);
+        exprs.push(value.alias_qualified(q.cloned(), f.name()));
+    }
+    let projection = Projection::try_new(exprs, Arc::new(LogicalPlan::Aggregate(combined)))?;
+    Ok(Some(LogicalPlan::Projection(projection)))
+}
+
+/// The parts of a query's aggregates over one hypertable: a row per file answered
+/// from its statistics, and a row aggregated from everything else.
+#[derive(Debug)]
+struct StatsProvider {
+    inner: Arc<dyn TableProvider>,
+    table_name: String,
+    parts: Vec<Part>,
+    schema: SchemaRef,
+}
+
+#[async_trait]
+impl TableProvider for StatsProvider {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        self.inner.supports_filters_pushdown(filters)
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let h = (self.inner.as_ref() as &dyn std::any::Any)
+            .downcast_ref::<HypertableProvider>()
+            .ok_or_else(|| {
+                datafusion::error::DataFusionError::Internal(
+                    "statistics answer over a table that is not a hypertable".into(),
+                )
+            })?;
+        let table = h.table().clone();
+        let schema = table.schema();
+        // The columns the parts read (the time column when none: a scan yields rows).
+        let mut read: Vec<usize> = vec![];
+        for p in &self.parts {
+            if let Part::NonNull(c) | Part::Min(c) | Part::Max(c) = p
+                && !read.contains(c)
+            {
+                read.push(*c);
+            }
+        }
+        if read.is_empty() {
+            read.push(
+                table
+                    .time_column
+                    .as_ref()
+                    .and_then(|t| schema.index_of(t).ok())
+                    .unwrap_or(0),
+            );
+        }
+        let (rest, answered) = if !staged_ops(state, table.id).is_empty() {
+            // A transaction's own changes: everything is read, through the scan that
+            // shows them.
+            let plan = self.inner.scan(state, Some(&read), filters, None).await?;
+            (plan, None)
+        } else {
+            let view = h.engine().view(table.id).ok_or_else(|| {
+                datafusion::error::DataFusionError::from(crate::Error::UndefinedTable(
+                    table.name.clone(),
+                ))
+            })?;
+            let stats = h.engine().file_stats().for_table(&view.table);
+            let chosen = answerable(state, &view, filters, &self.parts, &stats)?;
+            let batch = self.stats_batch(&view.table, &chosen)?;
+            let files = chosen.iter().filter(|c| **c).count();
+            let rows: u64 = view
+                .table
+                .files
+                .iter()
+                .zip(&chosen)
+                .filter(|(_, c)| **c)
+                .map(|(f, _)| f.rows)
+                .sum();
+            let plan = h.scan_view(state, view, &chosen, Some(&read), filters, None)?;
+            let exec = FileStatsExec {
+                table: self.table_name.clone(),
+                files,
+                rows,
+                props: one_partition(batch.schema()),
+                batch,
+            };
+            (plan, Some(exec))
+        };
+        let rest = self.aggregate(rest, &read)?;
+        let all: Arc<dyn ExecutionPlan> = match answered {
+            Some(exec) => UnionExec::try_new(vec![Arc::new(exec), rest])?,
+            None => rest,
+        };
+        match projection {
+            Some(cols) if cols.len() != self.parts.len() => {
+                super::provider::select_columns(all, cols)
+            }
+            _ => Ok(all),
+        }
+    }
+}
+
+/// Which of the table's files give their part of the answer from statistics: read by
+/// the query, wholly inside its filters, overlapping no other source of a table that
+/// merges duplicates, and with the statistics every part needs.
+fn answerable(
+    state: &dyn Session,
+    view: &crate::write::TableView,
+    filters: &[Expr],
+    parts: &[Part],
+    stats: &crate::storage::stats_cache::TableStats,
+) -> DfResult<Vec<bool>> {
+    let table = &view.table;
+    if table.files.is_empty() {
+        return Ok(vec![]);
+    }
+    let schema = table.schema();
+    let (kept, _) = kept_sources(state, table, &view.mem, filters, stats)?;
+    let whole = match conjunction(filters.to_vec()) {
+        Some(f) => all_match(state, &schema, &f, stats)?,
+        None => vec![true; table.files.len()],
+    };
+    let dirty = if table.dedups() {
+        let files: Vec<&FileMeta> = table.files.iter().collect();
+        let mem: Vec<&crate::write::MemBatch> =
+            view.mem.iter().flat_map(|(_, b)| b.iter()).collect();
+        dirty_ranges(table, &files, &mem)
+    } else {
+        vec![]
+    };
+    Ok(table
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let (lo, hi) = file_time_range(table, f);
+            kept[i]
+                && whole[i]
+                && !dirty.iter().any(|(a, b)| lo <= *b && *a <= hi)
+                && parts.iter().all(|p| file_part(table, f, p).is_some())
+        })
+        .collect())
+}
+
+/// What file `f` holds for part `p`, from its statistics: a count, or the min/max as
+/// text (`None` inside when the column is all NULL there); `None` when unknown.
+fn file_part(table: &TableDef, f: &FileMeta, p: &Part) -> Option<FilePart> {
+    let column = |c: usize| &table.columns[c].name;
+    // A column added after the file was written is all NULL in it.
+    let stat = |c: usize| f.stats.iter().find(|s| &s.column == column(c));
+    let nulls = |c: usize| match stat(c) {
+        Some(s) => s.null_count,
+        None => Some(f.rows),
+    };
+    match p {
+        Part::Rows => Some(FilePart::Count(f.rows)),
+        Part::NonNull(c) => Some(FilePart::Count(f.rows.checked_sub(nulls(*c)?)?)),
+        Part::Min(c) | Part::Max(c) => {
+            let all_null = nulls(*c)? == f.rows;
+            if all_null {
+                return Some(FilePart::Value(None));
+            }
+            let s = stat(*c)?;
+            let v = if matches!(p, Part::Min(_)) {
+                s.min.clone()
+            } else {
+                s.max.clone()
+            };
+            Some(FilePart::Value(Some(v?)))
+        }
+    }
+}
+
+enum FilePart {
+    Count(u64),
+    Value(Option<String>),
+}
+
+impl StatsProvider {
+    /// One row per chosen file with its parts.
+    fn stats_batch(&self, table: &TableDef, chosen: &[bool]) -> DfResult<RecordBatch> {
+        let files: Vec<&FileMeta> = table
+            .files
+            .iter()
+            .zip(chosen)
+            .filter(|(_, c)| **c)
+            .map(|(f, _)| f)
+            .collect();
+        let mut columns: Vec<ArrayRef> = vec![];
+        for (i, p) in self.parts.iter().enumerate() {
+            let ty = self.schema.field(i).data_type();
+            let parts: Vec<Option<FilePart>> =
+                files.iter().map(|f| file_part(table, f, p)).collect();
+            let col: ArrayRef = match p {
+                Part::Rows | Part::NonNull(_) => {
+                    Arc::new(Int64Array::from_iter(parts.iter().map(|v| match v {
+                        Some(FilePart::Count(n)) => i64::try_from(*n).ok(),
+                        _ => None,
+                    })))
+                }
+                Part::Min(_) | Part::Max(_) => {
+                    let texts: Vec<Option<&str>> = parts
+                        .iter()
+                        .map(|v| match v {
+                            Some(FilePart::Value(Some(s))) => Some(s.as_str()),
+                            _ => None,
+                        })
+                        .collect();
+                    match storage::stats_array(&texts, ty) {
+                        Some(a) => a,
+                        None if files.is_empty() => new_null_array(ty, 0),
+                        None => {
+                            return Err(datafusion::error::DataFusionError::Internal(format!(
+                                "statistics of {} do not read as {ty}",
+                                table.name
+                            )));
+                        }
+                    }
+                }
+            };
+            columns.push(col);
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+
+    /// The parts of the rows `input` yields (the columns `read`, in that order).
+    fn aggregate(
+        &self,
+        input: Arc<dyn ExecutionPlan>,
+        read: &[usize],
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        use datafusion::physical_expr::expressions::{Column as PCol, Literal};
+        let input_schema = input.schema();
+        let mut exprs = vec![];
+        for (i, p) in self.parts.iter().enumerate() {
+            let arg = |c: &usize| -> DfResult<Arc<dyn PhysicalExpr>> {
+                let at = read.iter().position(|r| r == c).unwrap_or(0);
+                Ok(Arc::new(PCol::new(input_schema.field(at).name(), at)))
+            };
+            let (func, args): (Arc<AggregateUDF>, Vec<Arc<dyn PhysicalExpr>>) = match p {
+                Part::Rows => (
+                    datafusion::functions_aggregate::count::count_udaf(),
+                    vec![Arc::new(Literal::new(ScalarValue::Int64(Some(1))))],
+                ),
+                Part::NonNull(c) => (
+                    datafusion::functions_aggregate::count::count_udaf(),
+                    vec![arg(c)?],
+                ),
+                Part::Min(c) => (
+                    datafusion::functions_aggregate::min_max::min_udaf(),
+                    vec![arg(c)?],
+                ),
+                Part::Max(c) => (
+                    datafusion::functions_aggregate::min_max::max_udaf(),
+                    vec![arg(c)?],
+                ),
+            };
+            exprs.push(Arc::new(
+                AggregateExprBuilder::new(func, args)
+                    .schema(input_schema.clone())
+                    .alias(self.schema.field(i).name())
+                    .build()?,
+            ));
+        }
+        let filters = vec![None; exprs.len()];
+        let partial = Arc::new(AggregateExec::try_new(
+            AggregateMode::Partial,
+            PhysicalGroupBy::new_single(vec![]),
+            exprs.clone(),
+            filters.clone(),
+            input,
+            input_schema.clone(),
+        )?);
+        let one = Arc::new(CoalescePartitionsExec::new(partial));
+        Ok(Arc::new(AggregateExec::try_new(
+            AggregateMode::Final,
+            PhysicalGroupBy::new_single(vec![]),
+            exprs,
+            filters,
+            one,
+            input_schema,
+        )?))
+    }
+}
+
+/// The parts of the files answered from their statistics, one row per file.
+#[derive(Debug)]
+struct FileStatsExec {
+    table: String,
+    files: usize,
+    rows: u64,
+    batch: RecordBatch,
+    props: Arc<PlanProperties>,
+}
+
+impl DisplayAs for FileStatsExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "FileStatsExec: table={}, files_answered_from_statistics={}, rows={}",
+            self.table, self.files, self.rows
+        )
+    }
+}
+
+impl ExecutionPlan for FileStatsExec {
+    fn name(&self) -> &str {
+        "FileStatsExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.props
+    }
+
+    leaf_plan_methods!();
+
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let batch = self.batch.clone();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            batch.schema(),
+            futures::stream::iter([Ok(batch)]),
+        )))
+    }
+}
