@@ -146,6 +146,10 @@ pub struct ColumnStats {
     /// `None` when unknown (files from catalog format 1).
     #[serde(default)]
     pub null_count: Option<u64>,
+    /// float8 columns: the sum of the non-NULL values (Rust's `{:e}` form), for
+    /// sum/avg answered from statistics; `None` when unknown or all NULL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sum: Option<String>,
 }
 
 impl TableDef {

@@ -863,6 +863,7 @@ fn mem_chunk_meta(table: &TableDef, start: i64, batches: &[MemBatch]) -> FileMet
                     min: Some(lo),
                     max: Some(hi),
                     null_count: Some(0),
+                    sum: None,
                 });
             }
         }
@@ -875,6 +876,7 @@ fn mem_chunk_meta(table: &TableDef, start: i64, batches: &[MemBatch]) -> FileMet
                 min: None,
                 max: None,
                 null_count: None,
+                sum: None,
             });
         }
     }

@@ -1,8 +1,9 @@
-//! Aggregates answered from file statistics: `count(*)`, `count(c)`, `min(c)` and
-//! `max(c)` without GROUP BY over a hypertable filtered on time alone. Files wholly
+//! Aggregates answered from file statistics: `count(*)`, `count(c)`, `min(c)`,
+//! `max(c)`, and `sum(c)` / `avg(c)` of float8 columns, without GROUP BY over a
+//! hypertable filtered on time alone. Files wholly
 //! inside the filter (for line-protocol tables: overlapping no other source, so no
-//! row of theirs is merged away) give their row count, null counts and min/max from
-//! the catalog; the rest (files the filter cuts, memtable rows) is aggregated as
+//! row of theirs is merged away) give their row count, null counts, min/max and sums
+//! from the catalog; the rest (files the filter cuts, memtable rows) is aggregated as
 //! usual, and one aggregate over both parts gives the answer.
 
 use std::fmt;
@@ -55,6 +56,8 @@ enum Part {
     /// `min(c)` / `max(c)`.
     Min(usize),
     Max(usize),
+    /// The sum of a float8 column's non-NULL values (NULL when there is none).
+    Sum(usize),
 }
 
 impl OptimizerRule for StatsAnswers {
@@ -81,8 +84,20 @@ impl OptimizerRule for StatsAnswers {
     }
 }
 
-/// The aggregate `e` as a part, and the function that combines parts (`None`: sum).
-fn part_of(e: &Expr, table: &TableDef) -> Option<(Part, Option<Arc<AggregateUDF>>)> {
+/// One aggregate of the query, in terms of the parts.
+enum Agg {
+    /// `count(..)`: the sum of a count part (0 when there is no part).
+    Count(Part),
+    /// `min(c)` / `max(c)`, combined by the query's own function.
+    Extreme(Part, Arc<AggregateUDF>),
+    /// `sum(c)` of a float8 column: the sum of the parts' sums.
+    Sum(usize),
+    /// `avg(c)` of a float8 column: the sum of the sums over the sum of the counts.
+    Avg(usize),
+}
+
+/// The aggregate `e` in terms of parts, when the statistics can serve it.
+fn agg_of(e: &Expr, table: &TableDef) -> Option<Agg> {
     let e = match e {
         Expr::Alias(a) => a.expr.as_ref(),
         e => e,
@@ -101,38 +116,38 @@ fn part_of(e: &Expr, table: &TableDef) -> Option<(Part, Option<Arc<AggregateUDF>
         let Expr::Column(c) = e else { return None };
         table.columns.iter().position(|col| col.name == c.name)
     };
-    let supported = |i: usize| {
-        matches!(
-            table.columns[i].sql_type.to_arrow(),
-            DataType::Boolean
-                | DataType::Int16
-                | DataType::Int32
-                | DataType::Int64
-                | DataType::Float32
-                | DataType::Float64
-                | DataType::Decimal128(_, _)
-                | DataType::Utf8
-                | DataType::Date32
-                | DataType::Timestamp(_, _)
-        )
-    };
+    let supported = |i: usize| storage::stats_supported(&table.columns[i].sql_type.to_arrow());
+    let float8 = |i: usize| table.columns[i].sql_type.to_arrow() == DataType::Float64;
     match (func.name(), params.args.as_slice()) {
-        ("count", [Expr::Literal(v, _)]) if !v.is_null() => Some((Part::Rows, None)),
-        ("count", [a]) => Some((Part::NonNull(column(a)?), None)),
+        ("count", [Expr::Literal(v, _)]) if !v.is_null() => Some(Agg::Count(Part::Rows)),
+        ("count", [a]) => Some(Agg::Count(Part::NonNull(column(a)?))),
         ("min", [a]) => {
             let i = column(a).filter(|i| supported(*i))?;
-            Some((Part::Min(i), Some(func.clone())))
+            Some(Agg::Extreme(Part::Min(i), func.clone()))
         }
         ("max", [a]) => {
             let i = column(a).filter(|i| supported(*i))?;
-            Some((Part::Max(i), Some(func.clone())))
+            Some(Agg::Extreme(Part::Max(i), func.clone()))
         }
+        ("sum", [a]) => Some(Agg::Sum(column(a).filter(|i| float8(*i))?)),
+        ("avg", [a]) => Some(Agg::Avg(column(a).filter(|i| float8(*i))?)),
         _ => None,
     }
 }
 
-/// `Aggregate(no groups; count/min/max) <- TableScan(hypertable, time filters)` as
-/// `Projection <- Aggregate(sum/min/max of the parts) <- TableScan(parts)`.
+/// The position of `p` in `parts`, added when new.
+fn part_index(parts: &mut Vec<Part>, p: Part) -> usize {
+    match parts.iter().position(|q| *q == p) {
+        Some(i) => i,
+        None => {
+            parts.push(p);
+            parts.len() - 1
+        }
+    }
+}
+
+/// `Aggregate(no groups; count/min/max/sum/avg) <- TableScan(hypertable, time
+/// filters)` as `Projection <- Aggregate(of the parts) <- TableScan(parts)`.
 fn rewrite(agg: &Aggregate) -> DfResult<Option<LogicalPlan>> {
     if !agg.group_expr.is_empty() || agg.aggr_expr.is_empty() {
         return Ok(None);
@@ -146,16 +161,52 @@ fn rewrite(agg: &Aggregate) -> DfResult<Option<LogicalPlan>> {
     if scan.fetch.is_some() || !scan.filters.iter().all(|f| is_time_filter(&table, f)) {
         return Ok(None);
     }
-    let mut parts = vec![];
-    let mut combine = vec![];
+    let mut aggs = vec![];
     for e in &agg.aggr_expr {
-        let Some((part, f)) = part_of(e, &table) else {
+        let Some(a) = agg_of(e, &table) else {
             return Ok(None);
         };
-        parts.push(part);
-        combine.push(f);
+        aggs.push(a);
     }
     let schema = table.schema();
+    // The query's own types: the rewrite must not change them.
+    for (i, a) in aggs.iter().enumerate() {
+        let ty = match a {
+            Agg::Count(_) => DataType::Int64,
+            Agg::Extreme(Part::Min(c) | Part::Max(c), _) => schema.field(*c).data_type().clone(),
+            Agg::Extreme(..) => return Ok(None),
+            Agg::Sum(_) | Agg::Avg(_) => DataType::Float64,
+        };
+        if agg.schema.field(i).data_type() != &ty {
+            return Ok(None);
+        }
+    }
+    // The parts, each once, and how the outer aggregate combines each.
+    let sum = datafusion::functions_aggregate::sum::sum_udaf();
+    let mut parts: Vec<Part> = vec![];
+    let mut combine: Vec<Arc<AggregateUDF>> = vec![];
+    let mut uses: Vec<Vec<usize>> = vec![];
+    for a in &aggs {
+        let wanted: Vec<(Part, Arc<AggregateUDF>)> = match a {
+            Agg::Count(p) => vec![(p.clone(), sum.clone())],
+            Agg::Extreme(p, f) => vec![(p.clone(), f.clone())],
+            Agg::Sum(c) => vec![(Part::Sum(*c), sum.clone())],
+            Agg::Avg(c) => vec![
+                (Part::Sum(*c), sum.clone()),
+                (Part::NonNull(*c), sum.clone()),
+            ],
+        };
+        let mut at = vec![];
+        for (p, f) in wanted {
+            let before = parts.len();
+            let i = part_index(&mut parts, p);
+            if i == before {
+                combine.push(f);
+            }
+            at.push(i);
+        }
+        uses.push(at);
+    }
     let fields: Vec<Field> = parts
         .iter()
         .enumerate()
@@ -163,16 +214,11 @@ fn rewrite(agg: &Aggregate) -> DfResult<Option<LogicalPlan>> {
             let ty = match p {
                 Part::Rows | Part::NonNull(_) => DataType::Int64,
                 Part::Min(c) | Part::Max(c) => schema.field(*c).data_type().clone(),
+                Part::Sum(_) => DataType::Float64,
             };
             Field::new(format!("__sundial_part_{i}"), ty, true)
         })
         .collect();
-    // The query's own types: the rewrite must not change them.
-    for (i, f) in fields.iter().enumerate() {
-        if agg.schema.field(i).data_type() != f.data_type() {
-            return Ok(None);
-        }
-    }
     let inner = source_as_provider(&scan.source)?;
     let provider = StatsProvider {
         inner,
@@ -188,14 +234,12 @@ fn rewrite(agg: &Aggregate) -> DfResult<Option<LogicalPlan>> {
         .with_filters(scan.filters.clone())
         .build()?,
     );
-    let sum = datafusion::functions_aggregate::sum::sum_udaf();
     let mut outer = vec![];
-    for (i, (f, how)) in fields.iter().zip(&combine).enumerate() {
+    for (i, (f, func)) in fields.iter().zip(&combine).enumerate() {
         let col = Expr::Column(Column::new(Some(scan.table_name.clone()), f.name()));
-        let func = how.clone().unwrap_or_else(|| sum.clone());
         outer.push(
             Expr::AggregateFunction(AggregateFunction::new_udf(
-                func,
+                func.clone(),
                 vec![col],
                 false,
                 None,
@@ -206,16 +250,28 @@ fn rewrite(agg: &Aggregate) -> DfResult<Option<LogicalPlan>> {
         );
     }
     let combined = Aggregate::try_new(Arc::new(parts_scan), vec![], outer)?;
+    let part = |i: usize| Expr::Column(Column::from_name(format!("__sundial_combined_{i}")));
+    // No part at all (nothing matched): a count is 0, not NULL.
+    let count = |i: usize| {
+        datafusion::functions::expr_fn::coalesce(vec![
+            part(i),
+            Expr::Literal(ScalarValue::Int64(Some(0)), None),
+        ])
+    };
     let mut exprs = vec![];
-    for (i, p) in parts.iter().enumerate() {
-        let c = Expr::Column(Column::from_name(format!("__sundial_combined_{i}")));
-        let value = match p {
-            // No part at all (nothing matched): count is 0, not NULL.
-            Part::Rows | Part::NonNull(_) => datafusion::functions::expr_fn::coalesce(vec![
-                c,
-                Expr::Literal(ScalarValue::Int64(Some(0)), None),
-            ]),
-            Part::Min(_) | Part::Max(_) => c,
+    for (i, (a, at)) in aggs.iter().zip(&uses).enumerate() {
+        let value = match a {
+            Agg::Count(_) => count(at[0]),
+            Agg::Extreme(..) | Agg::Sum(_) => part(at[0]),
+            // The sum is NULL exactly when the count is 0.
+            Agg::Avg(_) => Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
+                Box::new(part(at[0])),
+                datafusion::logical_expr::Operator::Divide,
+                Box::new(Expr::Cast(datafusion::logical_expr::Cast::new(
+                    Box::new(count(at[1])),
+                    DataType::Float64,
+                ))),
+            )),
         };
         let (q, f) = agg.schema.qualified_field(i);
         exprs.push(value.alias_qualified(q.cloned(), f.name()));
@@ -270,7 +326,7 @@ impl TableProvider for StatsProvider {
         // The columns the parts read (the time column when none: a scan yields rows).
         let mut read: Vec<usize> = vec![];
         for p in &self.parts {
-            if let Part::NonNull(c) | Part::Min(c) | Part::Max(c) = p
+            if let Part::NonNull(c) | Part::Min(c) | Part::Max(c) | Part::Sum(c) = p
                 && !read.contains(c)
             {
                 read.push(*c);
@@ -400,12 +456,20 @@ fn file_part(table: &TableDef, f: &FileMeta, p: &Part) -> Option<FilePart> {
             };
             Some(FilePart::Value(Some(v?)))
         }
+        Part::Sum(c) => {
+            if nulls(*c)? == f.rows {
+                return Some(FilePart::Sum(None));
+            }
+            let v: f64 = stat(*c)?.sum.as_deref()?.parse().ok()?;
+            Some(FilePart::Sum(Some(v)))
+        }
     }
 }
 
 enum FilePart {
     Count(u64),
     Value(Option<String>),
+    Sum(Option<f64>),
 }
 
 impl StatsProvider {
@@ -430,6 +494,12 @@ impl StatsProvider {
                         _ => None,
                     })))
                 }
+                Part::Sum(_) => Arc::new(arrow::array::Float64Array::from_iter(parts.iter().map(
+                    |v| match v {
+                        Some(FilePart::Sum(v)) => *v,
+                        _ => None,
+                    },
+                ))),
                 Part::Min(_) | Part::Max(_) => {
                     let texts: Vec<Option<&str>> = parts
                         .iter()
@@ -484,6 +554,10 @@ impl StatsProvider {
                 ),
                 Part::Max(c) => (
                     datafusion::functions_aggregate::min_max::max_udaf(),
+                    vec![arg(c)?],
+                ),
+                Part::Sum(c) => (
+                    datafusion::functions_aggregate::sum::sum_udaf(),
                     vec![arg(c)?],
                 ),
             };

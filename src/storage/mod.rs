@@ -166,6 +166,8 @@ pub async fn write_chunk_file(
 pub struct StatsAccumulator {
     schema: SchemaRef,
     cols: Vec<(Option<(MinAccumulator, MaxAccumulator)>, u64)>,
+    /// Per column: the sum of a float8 column's values so far.
+    sums: Vec<Option<f64>>,
 }
 
 impl StatsAccumulator {
@@ -185,13 +187,17 @@ impl StatsAccumulator {
                 Ok((acc, 0))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(StatsAccumulator { schema, cols })
+        let sums = vec![None; schema.fields().len()];
+        Ok(StatsAccumulator { schema, cols, sums })
     }
 
     pub fn update(&mut self, batch: &RecordBatch) -> Result<()> {
         for (i, (acc, nulls)) in self.cols.iter_mut().enumerate() {
             let col = batch.column(i);
             *nulls += col.null_count() as u64;
+            if let Some(v) = float_sum(col) {
+                self.sums[i] = Some(self.sums[i].unwrap_or(0.0) + v);
+            }
             if let Some((min, max)) = acc {
                 min.update_batch(std::slice::from_ref(col))?;
                 max.update_batch(std::slice::from_ref(col))?;
@@ -202,7 +208,14 @@ impl StatsAccumulator {
 
     pub fn finish(mut self) -> Result<Vec<ColumnStats>> {
         let mut out = vec![];
-        for (f, (acc, nulls)) in self.schema.fields().iter().zip(self.cols.iter_mut()) {
+        let sums = std::mem::take(&mut self.sums);
+        for ((f, (acc, nulls)), sum) in self
+            .schema
+            .fields()
+            .iter()
+            .zip(self.cols.iter_mut())
+            .zip(sums)
+        {
             let (min, max) = match acc {
                 Some((lo, hi)) => (
                     scalar_text(lo.evaluate()?, f.data_type())?,
@@ -215,6 +228,7 @@ impl StatsAccumulator {
                 min,
                 max,
                 null_count: Some(*nulls),
+                sum: sum.map(|v| format!("{v:e}")),
             });
         }
         Ok(out)
@@ -257,12 +271,21 @@ pub fn column_stats(batch: &RecordBatch) -> Result<Vec<ColumnStats>> {
             min,
             max,
             null_count: Some(col.null_count() as u64),
+            sum: float_sum(col).map(|v| format!("{v:e}")),
         });
     }
     Ok(out)
 }
 
-fn stats_supported(dt: &DataType) -> bool {
+/// The sum of a float8 column's non-NULL values; `None` for other columns and when
+/// every value is NULL.
+fn float_sum(col: &ArrayRef) -> Option<f64> {
+    let a = col.as_any().downcast_ref::<arrow::array::Float64Array>()?;
+    arrow::compute::sum(a)
+}
+
+/// Whether min/max statistics are kept for columns of type `dt`.
+pub fn stats_supported(dt: &DataType) -> bool {
     matches!(
         dt,
         DataType::Boolean

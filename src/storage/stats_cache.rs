@@ -222,6 +222,7 @@ mod tests {
                 min: Some(min.to_string()),
                 max: Some(max.to_string()),
                 null_count: Some(1),
+                sum: None,
             }],
         }
     }
