@@ -1,6 +1,8 @@
 //! Criterion micro-benchmarks of the storage path: write-path appends (WAL with and
 //! without fsync), memtable flush to Parquet, and a range query touching 1 of 100
-//! chunks against a full scan of the same 10M-row hypertable.
+//! chunks (plan kept per shape or per prepared statement, or planned every time)
+//! against a full scan of the same 10M-row hypertable, and whole-table aggregates from
+//! file statistics against reading the files.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -155,11 +157,17 @@ fn flush(c: &mut Criterion) {
 async fn count(s: &Session, sql: &str) -> usize {
     let mut n = 0;
     for out in s.run_sql(sql).await.expect("query") {
-        if let Output::Rows(_, mut stream) = out {
-            use futures::StreamExt;
-            while let Some(b) = stream.next().await {
-                n += b.expect("batch").num_rows();
-            }
+        n += rows_of(out).await;
+    }
+    n
+}
+
+async fn rows_of(out: Output) -> usize {
+    let mut n = 0;
+    if let Output::Rows(_, mut stream) = out {
+        use futures::StreamExt;
+        while let Some(b) = stream.next().await {
+            n += b.expect("batch").num_rows();
         }
     }
     n
@@ -207,6 +215,68 @@ fn pruning(c: &mut Criterion) {
                 ),
             ))
         })
+    });
+    // New time literals each run, as dashboards and TSBS send them: the shape's kept
+    // plan with the text's values bound (and, in a session that switched the cache
+    // off, planned from the text every time).
+    let day_text = |run: u64| {
+        let d = chrono::NaiveDate::from_ymd_opt(1970, 1, 11).expect("date")
+            + chrono::Days::new(run % 80);
+        (d.to_string(), (d + chrono::Days::new(1)).to_string())
+    };
+    let new_literals = |run: u64| {
+        let (a, b) = day_text(run);
+        format!("SELECT avg(v), max(n) FROM m WHERE time >= '{a}' AND time < '{b}'")
+    };
+    g.bench_function("range_1_of_100_chunks_new_literals", |b| {
+        b.iter(|| {
+            let run = runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            rt.block_on(count(&s, &new_literals(run)))
+        })
+    });
+    let off = Session::new(engine.clone(), "sundial", "bench", 2).expect("session");
+    rt.block_on(off.run_sql("SET sundial.plan_cache = off"))
+        .expect("set");
+    g.bench_function("range_1_of_100_chunks_new_literals_cache_off", |b| {
+        b.iter(|| {
+            let run = runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            rt.block_on(count(&off, &new_literals(run)))
+        })
+    });
+    // A prepared statement executed with new values (the extended protocol).
+    let prepared = rt
+        .block_on(async {
+            let stmt = sundial::sql::parse(
+                "SELECT avg(v), max(n) FROM m WHERE time >= $1::timestamptz AND time < $2::timestamptz",
+            )
+            .expect("parse")
+            .remove(0);
+            s.prepare(stmt).await
+        })
+        .expect("prepare");
+    g.bench_function("range_1_of_100_chunks_prepared", |b| {
+        b.iter(|| {
+            let run = runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let from = (10 + (run % 80) as i64) * DAY;
+            let at = |t: i64| {
+                datafusion::common::ScalarValue::TimestampMicrosecond(Some(t), Some("UTC".into()))
+            };
+            let params = datafusion::common::ParamValues::from(vec![at(from), at(from + DAY)]);
+            rt.block_on(async {
+                let out = s.execute(&prepared, Some(params)).await.expect("execute");
+                rows_of(out).await
+            })
+        })
+    });
+    // count/min/max/avg over every chunk: from the files' statistics, and read.
+    const WHOLE: &str = "SELECT count(*), min(v), max(v), avg(v) FROM m";
+    g.bench_function("aggregate_100_chunks_from_statistics", |b| {
+        b.iter(|| rt.block_on(count(&s, WHOLE)))
+    });
+    rt.block_on(off.run_sql("SET sundial.stats_answers = off"))
+        .expect("set");
+    g.bench_function("aggregate_100_chunks_read", |b| {
+        b.iter(|| rt.block_on(count(&off, WHOLE)))
     });
     g.bench_function("range_0_of_100_chunks_planning_only", |b| {
         b.iter(|| {
