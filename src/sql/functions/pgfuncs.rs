@@ -1,7 +1,8 @@
 //! PostgreSQL functions DataFusion lacks, with PostgreSQL's results: `age`,
 //! `make_interval`, interval times or divided by a number (`interval_mul` /
 //! `interval_div`, planned for `*` and `/`), `pg_typeof`, `pg_sleep`,
-//! `percentile_disc`, and `variance` (= `var_samp`).
+//! `percentile_disc`, `variance` (= `var_samp`) and `justify_days` / `justify_hours` /
+//! `justify_interval`, and `div`.
 
 use std::sync::Arc;
 
@@ -568,6 +569,72 @@ impl ScalarUDFImpl for NumericDiv {
     }
 }
 
+/// `div(numeric, numeric)`: the integer quotient, truncated toward zero, as a numeric
+/// of scale 0 (integers are taken as numerics).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct IntegerQuotient {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for IntegerQuotient {
+    fn name(&self) -> &str {
+        "div"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        let exact = |t: &DataType| {
+            matches!(
+                t,
+                DataType::Null
+                    | DataType::Int8
+                    | DataType::Int16
+                    | DataType::Int32
+                    | DataType::Int64
+                    | DataType::Decimal128(_, _)
+            )
+        };
+        if !args.iter().all(exact) {
+            let names: Vec<String> = args.iter().map(|t| t.to_string()).collect();
+            return Err(sql_error(
+                "42883",
+                &format!(
+                    "function div({}) does not exist. Hint: div takes numeric arguments",
+                    names.join(", ")
+                ),
+            ));
+        }
+        Ok(DataType::Decimal128(38, 0))
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let n = args.number_rows;
+        let (arrays, scalar) = arrays_of(&args)?;
+        let mut values = Vec::with_capacity(n);
+        for i in 0..n {
+            values.push(match (mantissa(&arrays[0], i), mantissa(&arrays[1], i)) {
+                (Some((m1, s1)), Some((m2, s2))) => {
+                    let s = s1.max(s2);
+                    let widen = |m: i128, from: u32| {
+                        10i128
+                            .checked_pow(s - from)
+                            .and_then(|f| m.checked_mul(f))
+                            .ok_or_else(|| sql_error("22003", "numeric field overflow"))
+                    };
+                    let (a, b) = (widen(m1, s1)?, widen(m2, s2)?);
+                    if b == 0 {
+                        return Err(sql_error("22012", "division by zero"));
+                    }
+                    Some(a / b)
+                }
+                _ => None,
+            });
+        }
+        let a = arrow::array::Decimal128Array::from(values).with_precision_and_scale(38, 0)?;
+        super::columnar(Arc::new(a), scalar)
+    }
+}
+
 /// `avg` of integers as PostgreSQL computes it: the exact sum divided by the count
 /// as a numeric division (`avg(10, 20, 30)` = 20, `avg(1, 2)` = 1.5), not a float.
 /// The argument is widened to int8; the sum is an i128, which no table can overflow.
@@ -1044,6 +1111,95 @@ fn width_bucket(args: &[ColumnarValue]) -> Result<ColumnarValue> {
     super::columnar(Arc::new(arrow::array::Int32Array::from(out)), scalar)
 }
 
+/// Which of PostgreSQL's `justify_*` functions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Justify {
+    Hours,
+    Days,
+    Interval,
+}
+
+const NANOS_PER_DAY: i64 = 86_400_000_000_000;
+const DAYS_PER_MONTH: i32 = 30;
+
+/// PostgreSQL's `interval_justify_hours` / `_days` / `_interval` (timestamp.c), on
+/// months, days and nanoseconds.
+fn justify(v: IntervalMonthDayNano, how: Justify) -> Result<IntervalMonthDayNano> {
+    let (mut month, mut day, mut time) = (v.months, v.days, v.nanoseconds);
+    let add = |a: i32, b: i64| -> Result<i32> {
+        i32::try_from(i64::from(a) + b).map_err(|_| out_of_range())
+    };
+    let whole_days = |day: &mut i32, time: &mut i64| -> Result<()> {
+        let whole = *time / NANOS_PER_DAY;
+        *time -= whole * NANOS_PER_DAY;
+        *day = add(*day, whole)?;
+        Ok(())
+    };
+    let whole_months = |month: &mut i32, day: &mut i32| -> Result<()> {
+        let whole = *day / DAYS_PER_MONTH;
+        *day -= whole * DAYS_PER_MONTH;
+        *month = add(*month, i64::from(whole))?;
+        Ok(())
+    };
+    match how {
+        Justify::Hours => whole_days(&mut day, &mut time)?,
+        Justify::Days => {
+            whole_months(&mut month, &mut day)?;
+            if month > 0 && day < 0 {
+                day += DAYS_PER_MONTH;
+                month -= 1;
+            } else if month < 0 && day > 0 {
+                day -= DAYS_PER_MONTH;
+                month += 1;
+            }
+        }
+        Justify::Interval => {
+            if (day > 0 && time > 0) || (day < 0 && time < 0) {
+                whole_months(&mut month, &mut day)?;
+            }
+            whole_days(&mut day, &mut time)?;
+            whole_months(&mut month, &mut day)?;
+            if month > 0 && (day < 0 || (day == 0 && time < 0)) {
+                day += DAYS_PER_MONTH;
+                month -= 1;
+            } else if month < 0 && (day > 0 || (day == 0 && time > 0)) {
+                day -= DAYS_PER_MONTH;
+                month += 1;
+            }
+        }
+    }
+    if how != Justify::Days {
+        if day > 0 && time < 0 {
+            time += NANOS_PER_DAY;
+            day -= 1;
+        } else if day < 0 && time > 0 {
+            time -= NANOS_PER_DAY;
+            day += 1;
+        }
+    }
+    Ok(IntervalMonthDayNano::new(month, day, time))
+}
+
+/// `justify_*(interval)` as a scalar function.
+fn justify_udf(name: &str, how: Justify) -> ScalarUDF {
+    datafusion::logical_expr::create_udf(
+        name,
+        vec![interval_type()],
+        interval_type(),
+        Volatility::Immutable,
+        Arc::new(move |args: &[ColumnarValue]| -> Result<ColumnarValue> {
+            let scalar = matches!(args[0], ColumnarValue::Scalar(_));
+            let a = args[0].to_array(1)?;
+            let spans = a.as_primitive::<arrow::datatypes::IntervalMonthDayNanoType>();
+            let out = spans
+                .iter()
+                .map(|v| v.map(|v| justify(v, how)).transpose())
+                .collect::<Result<IntervalMonthDayNanoArray>>()?;
+            super::columnar(Arc::new(out), scalar)
+        }),
+    )
+}
+
 pub fn register(ctx: &SessionContext) {
     let imm = Volatility::Immutable;
     ctx.register_udf(datafusion::logical_expr::create_udf(
@@ -1083,6 +1239,13 @@ pub fn register(ctx: &SessionContext) {
     if let Ok(f) = ctx.udf("uuid") {
         ctx.register_udf(f.as_ref().clone().with_aliases(["gen_random_uuid"]));
     }
+    for (name, how) in [
+        ("justify_hours", Justify::Hours),
+        ("justify_days", Justify::Days),
+        ("justify_interval", Justify::Interval),
+    ] {
+        ctx.register_udf(justify_udf(name, how));
+    }
     let f64s = |n: usize| TypeSignature::Uniform(n, vec![DataType::Float64]);
     ctx.register_udf(ScalarUDF::from(IntervalScale::new(false)));
     ctx.register_udf(ScalarUDF::from(IntervalScale::new(true)));
@@ -1106,6 +1269,9 @@ pub fn register(ctx: &SessionContext) {
         signature: Signature::any(1, imm),
     }));
     ctx.register_udf(ScalarUDF::from(NumericDiv::default()));
+    ctx.register_udf(ScalarUDF::from(IntegerQuotient {
+        signature: Signature::any(2, Volatility::Immutable),
+    }));
     ctx.register_udf(ScalarUDF::from(CastId {
         signature: Signature::any(1, imm),
     }));

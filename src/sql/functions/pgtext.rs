@@ -146,10 +146,29 @@ fn numeric_binary(v: i128, scale: u32, trim: bool) -> Vec<u8> {
     out
 }
 
-/// Binary-format `numeric` columns without a typmod (kept with 10 fractional digits)
+/// Binary-format intervals as PostgreSQL's binary interval, and binary-format
+/// `numeric` columns without a typmod (kept with 10 fractional digits)
 /// as PostgreSQL's binary numeric of each value's own scale, so binary results equal
 /// the text ones (`100`, not `100.0000000000`). The encoder writes the bytes as they are.
 fn to_binary(f: &arrow::datatypes::Field, c: &ArrayRef) -> Option<ArrayRef> {
+    if let DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano) = c.data_type() {
+        // PostgreSQL's binary interval: microseconds, days, months (arrow-pg's own
+        // encoder wrote NULL as a zero interval).
+        let a = c.as_primitive::<arrow::datatypes::IntervalMonthDayNanoType>();
+        let out: arrow::array::BinaryArray = a
+            .iter()
+            .map(|v| {
+                v.map(|v| {
+                    let mut b = Vec::with_capacity(16);
+                    b.extend_from_slice(&(v.nanoseconds / 1000).to_be_bytes());
+                    b.extend_from_slice(&v.days.to_be_bytes());
+                    b.extend_from_slice(&v.months.to_be_bytes());
+                    b
+                })
+            })
+            .collect();
+        return Some(Arc::new(out));
+    }
     let DataType::Decimal128(p, s) = c.data_type() else {
         return None;
     };
