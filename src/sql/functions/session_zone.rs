@@ -3,7 +3,9 @@
 //! `TimeZone = 'Europe/Berlin'` is Berlin's midnight): DataFusion's own functions
 //! work in the zone of the value's type, which is always UTC for stored columns.
 //! `date_part` is float8 with fractional seconds, and `AT TIME ZONE` converts
-//! between timestamptz and wall-clock timestamp, as in PostgreSQL.
+//! between timestamptz and wall-clock timestamp, as in PostgreSQL;
+//! `make_timestamptz` reads its fields as wall-clock time in the session zone (or
+//! the one given).
 
 use std::sync::Arc;
 
@@ -138,6 +140,7 @@ fn date_part_float(inner: &ScalarUDF, mut args: ScalarFunctionArgs) -> Result<Co
 /// session-zone forms.
 pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::from(AtTimeZone::default()));
+    ctx.register_udf(ScalarUDF::from(MakeTimestamptz::default()));
     for name in ["date_trunc", "date_part"] {
         if let Ok(inner) = ctx.udf(name) {
             ctx.register_udf(ScalarUDF::new_from_impl(InSessionZone { inner }));
@@ -260,5 +263,128 @@ impl ScalarUDFImpl for AtTimeZone {
             Arc::new(arr.with_timezone("UTC"))
         };
         super::columnar(arr, scalar)
+    }
+}
+
+/// `make_timestamptz(year, month, day, hour, min, sec [, timezone])`: the wall-clock
+/// time in `timezone` (the session's when absent), DST resolved as PostgreSQL does.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct MakeTimestamptz {
+    signature: Signature,
+}
+
+impl Default for MakeTimestamptz {
+    fn default() -> Self {
+        use datafusion::logical_expr::TypeSignature;
+        let mut fields = vec![DataType::Int64; 5];
+        fields.push(DataType::Float64);
+        let mut zoned = fields.clone();
+        zoned.push(DataType::Utf8);
+        MakeTimestamptz {
+            signature: Signature::one_of(
+                vec![TypeSignature::Exact(fields), TypeSignature::Exact(zoned)],
+                // The session's time zone: not folded into a kept plan.
+                datafusion::logical_expr::Volatility::Stable,
+            ),
+        }
+    }
+}
+
+/// Wall-clock microseconds since the epoch of PostgreSQL's date and time fields.
+fn local_micros(y: i64, mo: i64, d: i64, h: i64, mi: i64, sec: f64) -> Result<i64> {
+    use chrono::NaiveDate;
+    // PostgreSQL's year -44 is 44 BC: astronomical year -43.
+    let year = if y < 0 { y + 1 } else { y };
+    let date = i32::try_from(year)
+        .ok()
+        .zip(u32::try_from(mo).ok())
+        .zip(u32::try_from(d).ok())
+        .filter(|_| y != 0)
+        .and_then(|((y, m), d)| NaiveDate::from_ymd_opt(y, m, d))
+        .ok_or_else(|| {
+            crate::Error::sql(
+                "22008",
+                format!("date field value out of range: {y}-{mo:02}-{d:02}"),
+            )
+        })?;
+    let micros = (sec * 1e6).round_ties_even();
+    let time_ok = (0..=24).contains(&h)
+        && (0..60).contains(&mi)
+        && micros.is_finite()
+        && (0.0..60e6).contains(&micros)
+        && (h < 24 || (mi == 0 && micros == 0.0));
+    if !time_ok {
+        return Err(crate::Error::sql(
+            "22008",
+            format!("time field value out of range: {h:02}:{mi:02}:{sec:02}"),
+        )
+        .into());
+    }
+    let days = date
+        .signed_duration_since(NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default())
+        .num_days();
+    Ok(days * 86_400_000_000 + h * 3_600_000_000 + mi * 60_000_000 + micros as i64)
+}
+
+impl ScalarUDFImpl for MakeTimestamptz {
+    fn name(&self) -> &str {
+        "make_timestamptz"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(micros(true))
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use arrow::array::{Array, AsArray};
+        use arrow::datatypes::{Float64Type, Int64Type};
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let n = args.number_rows;
+        let arrays = args
+            .args
+            .iter()
+            .map(|a| a.to_array(n))
+            .collect::<Result<Vec<_>>>()?;
+        let session = args
+            .config_options
+            .execution
+            .time_zone
+            .clone()
+            .unwrap_or_else(|| "UTC".into());
+        let ints: Vec<_> = arrays[..5]
+            .iter()
+            .map(|a| a.as_primitive::<Int64Type>())
+            .collect();
+        let secs = arrays[5].as_primitive::<Float64Type>();
+        let zones = arrays.get(6).map(|a| a.as_string::<i32>());
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            if ints.iter().any(|a| a.is_null(i))
+                || secs.is_null(i)
+                || zones.is_some_and(|z| z.is_null(i))
+            {
+                out.push(None);
+                continue;
+            }
+            let v = |k: usize| ints[k].value(i);
+            let local = local_micros(v(0), v(1), v(2), v(3), v(4), secs.value(i))?;
+            let name = zones.map(|z| z.value(i)).unwrap_or(session.as_str());
+            // An offset here is ISO's ('+02' is east of Greenwich), unlike AT TIME ZONE.
+            let utc = if let Some(o) = super::pgtext::parse_offset(name) {
+                local - i64::from(o.local_minus_utc()) * 1_000_000
+            } else {
+                let tz = name.parse::<chrono_tz::Tz>().map_err(|_| {
+                    crate::Error::sql("22023", format!("time zone \"{name}\" not recognized"))
+                })?;
+                super::time_bucket::from_local(&tz, local)?
+            };
+            out.push(Some(utc));
+        }
+        let arr = arrow::array::TimestampMicrosecondArray::from(out).with_timezone("UTC");
+        super::columnar(Arc::new(arr), scalar)
     }
 }
