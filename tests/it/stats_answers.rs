@@ -176,6 +176,55 @@ async fn aggregates_from_statistics_equal_the_scan_and_postgresql() {
         "{text}"
     );
 
+    // One shape with new windows each time (the plan kept for the shape, bound to
+    // each text's values), and a prepared statement executed with new values.
+    let stmt = c
+        .prepare("SELECT count(*), min(n), max(n) FROM m WHERE time >= $1 AND time < $2")
+        .await
+        .expect("prepare");
+    let pstmt = pgc
+        .prepare("SELECT count(*), min(n), max(n) FROM m WHERE time >= $1 AND time < $2")
+        .await
+        .expect("prepare");
+    for (from, to) in [(1, 3), (2, 6), (1, 9), (3, 4), (5, 7)] {
+        let q = format!(
+            "SELECT count(*), min(n), max(n) FROM m WHERE time >= '2024-01-0{from}' AND time < '2024-01-0{to} 06:00:00+00'"
+        );
+        assert_eq!(
+            cells(text_rows(&c, &q).await),
+            cells(text_rows(&pgc, &q).await),
+            "{q}"
+        );
+        let at = |d: i32| {
+            chrono::DateTime::parse_from_rfc3339(&format!("2024-01-0{d}T06:00:00Z"))
+                .expect("time")
+                .with_timezone(&chrono::Utc)
+        };
+        let (a, b) = (at(from), at(to));
+        let row = |r: &tokio_postgres::Row| {
+            (
+                r.get::<_, i64>(0),
+                r.get::<_, Option<i64>>(1),
+                r.get::<_, Option<i64>>(2),
+            )
+        };
+        let mine: Vec<_> = c
+            .query(&stmt, &[&a, &b])
+            .await
+            .expect("query")
+            .iter()
+            .map(row)
+            .collect();
+        let theirs: Vec<_> = pgc
+            .query(&pstmt, &[&a, &b])
+            .await
+            .expect("query")
+            .iter()
+            .map(row)
+            .collect();
+        assert_eq!(mine, theirs, "prepared, {a} .. {b}");
+    }
+
     // Another time zone: a literal without an offset is another instant.
     let q =
         "SELECT count(*), min(v), max(n) FROM m WHERE time >= '2024-01-03' AND time < '2024-01-05'";
