@@ -274,3 +274,14 @@ pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<Op
     }
     out
 }
+
+/// Rows as text, `NULL` for a NULL.
+pub fn cells(rows: Vec<Vec<Option<String>>>) -> Vec<Vec<String>> {
+    rows.into_iter()
+        .map(|r| {
+            r.into_iter()
+                .map(|v| v.unwrap_or_else(|| "NULL".into()))
+                .collect()
+        })
+        .collect()
+}

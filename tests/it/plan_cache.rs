@@ -1,17 +1,7 @@
 //! Reused query plans (simple protocol, same text or same shape) stay correct: another session's DDL
 //! invalidates them, and queries calling `now()` are planned afresh every time.
 
-use crate::harness::{TestServer, text_rows};
-
-fn cells(rows: Vec<Vec<Option<String>>>) -> Vec<Vec<String>> {
-    rows.into_iter()
-        .map(|r| {
-            r.into_iter()
-                .map(|v| v.unwrap_or_else(|| "NULL".into()))
-                .collect()
-        })
-        .collect()
-}
+use crate::harness::{TestServer, cells, text_rows};
 
 #[tokio::test]
 async fn another_sessions_ddl_invalidates_a_cached_plan() {

@@ -3,19 +3,9 @@
 //! NULLs, a column added later, deleted rows, a session time zone, a transaction's
 //! own rows, and line-protocol points written twice.
 
-use crate::harness::{TestServer, text_rows};
+use crate::harness::{TestServer, cells, text_rows};
 
 type Rows = Vec<Vec<String>>;
-
-fn cells(rows: Vec<Vec<Option<String>>>) -> Rows {
-    rows.into_iter()
-        .map(|r| {
-            r.into_iter()
-                .map(|v| v.unwrap_or_else(|| "NULL".into()))
-                .collect()
-        })
-        .collect()
-}
 
 /// The answer with the statistics path on and with it off (the full scan).
 async fn both_ways(c: &tokio_postgres::Client, q: &str) -> (Rows, Rows) {
