@@ -142,6 +142,8 @@ const MESSAGE_RULES: &[(Scope, &[&str], &str)] = &[
     (Scope::Any, &["non-nullable"], "23502"),
     (Scope::Any, &["violates not-null"], "23502"),
     (Scope::Any, &["percentile value must be between"], "22003"),
+    // Arrow's precision check (a value past numeric's 38 integer digits).
+    (Scope::Any, &["too large to store in a decimal"], "22003"),
     (
         Scope::Any,
         &["inconsistent data length across values list"],

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 pub use ops::{
     ColumnCheck, ColumnsWanted, DROPPED_PREFIX, FileEdit, FilesChange, NewTable, check_time_column,
 };
-pub use types::{ANY_NUMERIC_SCALE, SqlType};
+pub use types::{
+    ANY_NUMERIC, ANY_NUMERIC_PRECISION, ANY_NUMERIC_SCALE, SqlType, is_any_numeric, numeric_type,
+};
 
 use crate::error::{Error, Result};
 

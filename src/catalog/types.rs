@@ -11,10 +11,31 @@ use crate::error::{Error, Result};
 /// The UTC time-zone name stored on `timestamptz` Arrow types.
 pub const UTC: &str = "UTC";
 
-/// Fractional digits kept by a `numeric` column declared without a scale. Arrow
-/// decimals have one scale per column, PostgreSQL one per value: such columns keep
-/// 10 digits and print without trailing zeros (`12.50` reads back as `12.5`).
-pub const ANY_NUMERIC_SCALE: i8 = 10;
+/// Digits in all of a `numeric` declared without a typmod: a 256-bit decimal.
+pub const ANY_NUMERIC_PRECISION: u8 = 76;
+
+/// Fractional digits kept by a `numeric` declared without a typmod (38 integer
+/// digits remain). Arrow decimals have one scale per column, PostgreSQL one per
+/// value: such values print without trailing zeros (`12.50` reads back as `12.5`).
+pub const ANY_NUMERIC_SCALE: i8 = 38;
+
+/// The Arrow type of `numeric` without a typmod.
+pub const ANY_NUMERIC: DataType = DataType::Decimal256(ANY_NUMERIC_PRECISION, ANY_NUMERIC_SCALE);
+
+/// Whether `dt` is `numeric` without a typmod ([`ANY_NUMERIC`]).
+pub fn is_any_numeric(dt: &DataType) -> bool {
+    *dt == ANY_NUMERIC
+}
+
+/// The Arrow decimal for `numeric(precision, scale)`: 128-bit up to 38 digits,
+/// 256-bit up to 76.
+pub fn numeric_type(precision: u8, scale: i8) -> DataType {
+    if precision <= 38 {
+        DataType::Decimal128(precision, scale)
+    } else {
+        DataType::Decimal256(precision, scale)
+    }
+}
 
 /// A column type in PostgreSQL terms.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,10 +47,10 @@ pub enum SqlType {
     Int8,
     Float4,
     Float8,
-    /// `numeric(p, s)`: a 128-bit decimal.
+    /// `numeric(p, s)`: a 128-bit decimal up to 38 digits, 256-bit up to 76.
     Numeric(u8, i8),
-    /// `numeric` without precision: a 128-bit decimal with [`ANY_NUMERIC_SCALE`]
-    /// fractional digits, printed without trailing zeros.
+    /// `numeric` without precision: [`ANY_NUMERIC`], a 256-bit decimal with
+    /// [`ANY_NUMERIC_SCALE`] fractional digits, printed without trailing zeros.
     NumericAny,
     Text,
     Varchar(Option<u32>),
@@ -49,8 +70,8 @@ impl SqlType {
             SqlType::Int8 => DataType::Int64,
             SqlType::Float4 => DataType::Float32,
             SqlType::Float8 => DataType::Float64,
-            SqlType::Numeric(p, s) => DataType::Decimal128(*p, *s),
-            SqlType::NumericAny => DataType::Decimal128(38, ANY_NUMERIC_SCALE),
+            SqlType::Numeric(p, s) => numeric_type(*p, *s),
+            SqlType::NumericAny => ANY_NUMERIC,
             SqlType::Text | SqlType::Varchar(_) => DataType::Utf8,
             SqlType::Bytea => DataType::Binary,
             SqlType::Date => DataType::Date32,
@@ -111,11 +132,11 @@ impl SqlType {
                 (None, _) => SqlType::NumericAny,
                 (Some(p), s) => {
                     let s = s.unwrap_or(0);
-                    if !(1..=38).contains(&p) || s < 0 || s > p {
+                    if !(1..=i64::from(ANY_NUMERIC_PRECISION)).contains(&p) || s < 0 || s > p {
                         return Err(Error::sql(
                             "22023",
                             format!(
-                                "NUMERIC precision {p} and scale {s} must be 1..38 and 0..precision"
+                                "NUMERIC precision {p} and scale {s} must be 1..76 and 0..precision"
                             ),
                         ));
                     }

@@ -29,6 +29,8 @@ pub struct PgParts {
     pub staging: Arc<crate::engine::tx::Staging>,
     /// Plans the database's views when a query names one.
     pub views: Arc<dyn ViewSource>,
+    /// SQL type names as PostgreSQL means them (`numeric` without a typmod).
+    pub types: Arc<dyn datafusion::logical_expr::planner::TypePlanner>,
 }
 
 /// Turns a view's stored definition into a table provider (the SQL layer plans it).
@@ -69,6 +71,7 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContex
         .with_runtime_env(engine.runtime().clone())
         .with_default_features()
         .with_analyzer_rules(rules)
+        .with_type_planner(pg.types.clone())
         // The order `sql::session` keeps when one is switched off and on again.
         .with_optimizer_rule(Arc::new(super::latest::LatestRows))
         .with_optimizer_rule(Arc::new(super::newest_buckets::NewestBuckets))

@@ -180,9 +180,15 @@ pub fn bind_placeholders(
             | ScalarValue::Float32(_)
             | ScalarValue::Float64(_)
             | ScalarValue::Decimal128(..)
+            | ScalarValue::Decimal256(..)
                 if v.to_string().parse::<f64>().is_ok_and(f64::is_finite) =>
             {
-                let text = v.to_string();
+                let mut text = v.to_string();
+                if matches!(v, ScalarValue::Decimal256(..)) && text.contains('.') {
+                    // A numeric without typmod carries 38 fraction digits; the
+                    // value's own are enough (and keep the literal 128-bit).
+                    text = text.trim_end_matches('0').trim_end_matches('.').to_string();
+                }
                 let num = ast::Expr::value(ast::Value::Number(
                     text.trim_start_matches('-').to_string(),
                     false,

@@ -32,6 +32,7 @@ pub fn supported(dt: &DataType) -> bool {
             | DataType::Float32
             | DataType::Float64
             | DataType::Decimal128(..)
+            | DataType::Decimal256(..)
             | DataType::Utf8
             | DataType::LargeUtf8
             | DataType::Utf8View
@@ -136,7 +137,7 @@ fn field_text(v: &[u8], dt: &DataType) -> Result<String> {
         DataType::Int64 => i64::from_be_bytes(fixed(v, "int8")?).to_string(),
         DataType::Float32 => f32::from_be_bytes(fixed(v, "float4")?).to_string(),
         DataType::Float64 => f64::from_be_bytes(fixed(v, "float8")?).to_string(),
-        DataType::Decimal128(..) => super::pgnumeric::binary_text(v)?,
+        DataType::Decimal128(..) | DataType::Decimal256(..) => super::pgnumeric::binary_text(v)?,
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => std::str::from_utf8(v)
             .map_err(|_| bad("text is not UTF-8"))?
             .to_string(),
@@ -232,6 +233,13 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<Bytes>> {
                 DataType::Decimal128(_, s) => {
                     let v = c.as_primitive::<t::Decimal128Type>().value(r);
                     let n = crate::sql::functions::pgtext::pg_numeric_binary(v, (*s).max(0) as u32);
+                    b.put_i32(n.len() as i32);
+                    b.put_slice(&n);
+                }
+                DataType::Decimal256(_, s) => {
+                    let v = c.as_primitive::<t::Decimal256Type>().value(r);
+                    let n =
+                        crate::sql::functions::pgtext::pg_numeric_binary256(v, (*s).max(0) as u32);
                     b.put_i32(n.len() as i32);
                     b.put_slice(&n);
                 }

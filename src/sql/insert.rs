@@ -46,7 +46,7 @@ fn plain_for(dt: &DataType, v: &str) -> bool {
         // PostgreSQL rounds 2.5 into an integer column; Arrow would refuse.
         DataType::Int16 | DataType::Int32 | DataType::Int64 => !v.contains(['.', 'e', 'E']),
         // PostgreSQL rounds extra fraction digits; leave those to the general path.
-        DataType::Decimal128(_, scale) => v
+        DataType::Decimal128(_, scale) | DataType::Decimal256(_, scale) => v
             .split_once('.')
             .map(|(_, f)| f.len() <= (*scale).max(0) as usize)
             .unwrap_or(true),

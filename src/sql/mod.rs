@@ -780,6 +780,7 @@ impl Session {
             first_rules: functions::pgcoerce::first_rules(),
             staging: staging.clone(),
             views: views.clone(),
+            types: Arc::new(functions::pgtypes::PgTypes),
         };
         let ctx = crate::query::context::new_context(&engine, db, pg);
         views.attach(ctx.state_weak_ref());

@@ -2,6 +2,8 @@
 //! decimal text, and decimal text as a mantissa at a fixed scale, exactly, with
 //! 22003 when it does not fit. Used for bound parameters and binary COPY.
 
+use arrow::datatypes::i256;
+
 use crate::error::{Error, Result};
 
 /// PostgreSQL's binary `numeric` (ndigits, weight, sign, dscale, base-10000
@@ -71,8 +73,9 @@ pub fn binary_text(b: &[u8]) -> Result<String> {
 }
 
 /// Decimal text (`-12.345`, `1e-3`, ` 7 `) as a mantissa with `scale` fractional
-/// digits and at most `precision` digits in all.
-pub fn scaled(text: &str, precision: u8, scale: i8) -> Result<i128> {
+/// digits and at most `precision` (up to 76) digits in all, rounded half away from
+/// zero past `scale`.
+pub fn scaled(text: &str, precision: u8, scale: i8) -> Result<i256> {
     let invalid = || {
         Error::sql(
             "22P02",
@@ -109,11 +112,12 @@ pub fn scaled(text: &str, precision: u8, scale: i8) -> Result<i128> {
     let point = int.len() as i64 + i64::from(exp);
     // Digits kept: those left of point + scale; the next one rounds.
     let keep = point + i64::from(scale);
-    let mut m: i128 = 0;
+    let ten = i256::from_i128(10);
+    let mut m = i256::ZERO;
     let mut push = |d: u8| -> Result<()> {
         m = m
-            .checked_mul(10)
-            .and_then(|m| m.checked_add(i128::from(d)))
+            .checked_mul(ten)
+            .and_then(|m| m.checked_add(i256::from_i128(i128::from(d))))
             .ok_or_else(overflow)?;
         Ok(())
     };
@@ -121,12 +125,29 @@ pub fn scaled(text: &str, precision: u8, scale: i8) -> Result<i128> {
         push(digits.get(k as usize).copied().unwrap_or(0))?;
     }
     if keep >= 0 && digits.get(keep as usize).is_some_and(|&d| d >= 5) {
-        m = m.checked_add(1).ok_or_else(overflow)?;
+        m = m.checked_add(i256::ONE).ok_or_else(overflow)?;
     }
-    if m >= 10i128.pow(u32::from(precision.min(38))) {
+    let limit = ten
+        .checked_pow(u32::from(precision.min(76)))
+        .ok_or_else(overflow)?;
+    if m >= limit {
         return Err(overflow());
     }
-    Ok(if neg { -m } else { m })
+    Ok(if neg { m.wrapping_neg() } else { m })
+}
+
+/// [`scaled`] for a 128-bit decimal (`precision` at most 38).
+pub fn scaled128(text: &str, precision: u8, scale: i8) -> Result<i128> {
+    scaled(text, precision.min(38), scale)?
+        .to_i128()
+        .ok_or_else(|| {
+            Error::sql(
+                "22003",
+                format!(
+                    "numeric field overflow: {text} does not fit numeric({precision}, {scale})"
+                ),
+            )
+        })
 }
 
 #[cfg(test)]
@@ -135,6 +156,7 @@ mod tests {
 
     #[test]
     fn text_is_scaled_exactly_and_rounded_half_away_from_zero() {
+        let scaled = scaled128;
         assert_eq!(
             scaled("12345.678901234567890", 38, 10).unwrap(),
             123456789012346
@@ -157,6 +179,22 @@ mod tests {
         assert!(scaled("abc", 38, 2).is_err());
         assert_eq!(scaled("123.45", 5, 2).unwrap(), 12345);
         assert!(scaled("1234.5", 5, 2).is_err());
+    }
+
+    #[test]
+    fn wide_numerics_keep_every_digit() {
+        let text = |v: i256| v.to_string();
+        assert_eq!(
+            text(super::scaled("12345.678901234567890", 76, 38).unwrap()),
+            format!("12345678901234567890{}", "0".repeat(38 - 15))
+        );
+        assert_eq!(
+            text(super::scaled("-19999999999999999999999999.01", 76, 38).unwrap()),
+            format!("-1999999999999999999999999901{}", "0".repeat(36))
+        );
+        // 38 integer digits fit, 39 do not.
+        assert!(super::scaled(&"9".repeat(38), 76, 38).is_ok());
+        assert!(super::scaled(&"9".repeat(39), 76, 38).is_err());
     }
 
     #[test]

@@ -295,6 +295,7 @@ pub fn stats_supported(dt: &DataType) -> bool {
             | DataType::Float32
             | DataType::Float64
             | DataType::Decimal128(_, _)
+            | DataType::Decimal256(_, _)
             | DataType::Utf8
             | DataType::Date32
             | DataType::Timestamp(_, _)
@@ -336,8 +337,37 @@ pub fn stats_array(values: &[Option<&str>], dt: &DataType) -> Option<ArrayRef> {
     cast(&strings, dt).ok()
 }
 
-/// Adapts a batch written under an older schema (fewer columns) to `schema`,
-/// matching columns by name and filling missing ones with NULLs.
+/// Floats into a decimal column as PostgreSQL assigns them (`float8_numeric`): the
+/// float rounded to 15 significant digits (float4: 6), not the binary fraction's
+/// digits (a line-protocol `0.1` into a `numeric` column is `0.1`).
+fn float_to_decimal(c: &ArrayRef, dt: &DataType) -> Result<ArrayRef> {
+    let digits = if *c.data_type() == DataType::Float32 {
+        5
+    } else {
+        14
+    };
+    let c = cast(c, &DataType::Float64)?;
+    let Some(a) = c.as_any().downcast_ref::<arrow::array::Float64Array>() else {
+        return Ok(cast(&c, dt)?);
+    };
+    let text: StringArray = a
+        .iter()
+        .map(|v| {
+            v.map(|v| {
+                let rounded: f64 = format!("{v:.digits$e}").parse().unwrap_or(v);
+                format!("{rounded}")
+            })
+        })
+        .collect();
+    let opts = arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    Ok(arrow::compute::cast_with_options(&text, dt, &opts)?)
+}
+
+/// Adapts a batch written under an older schema (fewer columns, other types) to
+/// `schema`, matching columns by name and filling missing ones with NULLs.
 pub fn adapt_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     if batch.schema().fields() == schema.fields() {
         return Ok(batch.clone());
@@ -350,6 +380,13 @@ pub fn adapt_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatc
                 let c = batch.column(i);
                 if c.data_type() == f.data_type() {
                     Ok(c.clone())
+                } else if matches!(c.data_type(), DataType::Float32 | DataType::Float64)
+                    && matches!(
+                        f.data_type(),
+                        DataType::Decimal128(..) | DataType::Decimal256(..)
+                    )
+                {
+                    float_to_decimal(c, f.data_type())
                 } else {
                     cast(c, f.data_type()).map_err(Error::from)
                 }

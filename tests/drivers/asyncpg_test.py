@@ -76,6 +76,18 @@ async def main():
         c.eq("copy status", status, f"COPY {len(ROWS)}")
         check_rows_python(c, await conn.fetch(raw_sql(ctable)))
 
+    nq = "SELECT $1::numeric, $1::numeric * 2"
+    with c.step("numeric round trip (binary parameters and results)", nq):
+        from decimal import Decimal, getcontext
+        getcontext().prec = 100
+        # asyncpg sends and reads numeric in binary; every digit must come back.
+        for v in [Decimal("19999999999999999999999999.01"),
+                  Decimal("12345.678901234567890"),
+                  Decimal("-" + "9" * 37 + "." + "1" * 38)]:
+            got = await conn.fetchrow(nq, v)
+            c.eq(f"{v} comes back whole", got[0], v)
+            c.eq(f"{v} doubled", got[1], v * 2)
+
     await conn.close()
 
 

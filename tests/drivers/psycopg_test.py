@@ -117,21 +117,38 @@ with c.step("parameter types as PostgreSQL infers them", "SELECT %s"):
         c.eq(f"{q} {params!r} value", cur.fetchone(), want)
         c.eq(f"{q} {params!r} type OIDs", [d.type_code for d in cur.description], oids)
 
-with c.step("numeric round trip of 38 significant digits", "SELECT %s::numeric"):
-    from decimal import Decimal
-    # 38 digits, 10 of them fractional: what Sundial's unconstrained numeric holds
-    # (README, "numeric"); text and binary parameters are decoded exactly.
-    big = Decimal("-1234567890123456789012345678.0123456789")
-    c.eq("38-digit numeric parameter comes back whole",
-         conn.execute("SELECT %s::numeric", (big,)).fetchone()[0], big)
-    with conn.cursor(binary=True) as cur:
-        c.eq("38-digit numeric, binary both ways",
-             cur.execute("SELECT %s::numeric", (big,)).fetchone()[0], big)
+with c.step("numeric round trip of 76 significant digits", "SELECT %s::numeric"):
+    from decimal import Decimal, getcontext
+    getcontext().prec = 100
+    # numeric without typmod holds 38 integer and 38 fraction digits (README,
+    # "numeric"); text and binary parameters are decoded exactly.
+    cases = [
+        Decimal("12345.678901234567890"),
+        Decimal("19999999999999999999999999.01"),
+        Decimal("-1234567890123456789012345678.0123456789"),
+        Decimal("-" + "9" * 38 + "." + "1234567890" * 3 + "12345678"),
+        Decimal("0." + "0" * 37 + "1"),
+    ]
+    for big in cases:
+        c.eq(f"{big} comes back whole (text)",
+             conn.execute("SELECT %s::numeric", (big,)).fetchone()[0], big)
+        with conn.cursor(binary=True) as cur:
+            c.eq(f"{big} comes back whole (binary)",
+                 cur.execute("SELECT %s::numeric", (big,)).fetchone()[0], big)
+    # Arithmetic keeps the digits: PostgreSQL 15's answers.
+    x = Decimal("12345.678901234567890")
+    c.eq("numeric product",
+         conn.execute("SELECT %s::numeric * %s::numeric", (x, x)).fetchone()[0],
+         x * x)
+    c.eq("numeric sum and avg of a column",
+         conn.execute("SELECT sum(v), avg(v) FROM (VALUES (%s::numeric), (%s::numeric)) t(v)",
+                      (x, Decimal("0.000000000000000000001"))).fetchone(),
+         (Decimal("12345.678901234567890000001"), Decimal("6172.839450617283945000001")))
     # A value that does not fit is an error, never other digits.
     if not PLAIN_PG:
         try:
-            conn.execute("SELECT %s::numeric", (Decimal("1" * 30 + ".5"),))
-            c.eq("30 integer digits rejected", "no error", "22003")
+            conn.execute("SELECT %s::numeric", (Decimal("1" * 39 + ".5"),))
+            c.eq("39 integer digits rejected", "no error", "22003")
         except psycopg.errors.NumericValueOutOfRange:
             pass
 

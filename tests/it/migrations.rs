@@ -77,3 +77,74 @@ async fn v1_sample_upgrades() {
         .collect();
     assert!(text.contains("files_scanned=1, files_pruned=1"), "{text}");
 }
+
+/// A `numeric` column written before numeric without typmod became a 256-bit
+/// decimal: its Parquet files and WAL records hold 128-bit decimals of scale 10
+/// (made here by writing a `numeric(38,10)` column and renaming its type in the
+/// manifest, which is what such a directory holds). Every value reads back, pruning
+/// and arithmetic work, and new rows keep all their digits beside the old ones.
+#[tokio::test]
+async fn numeric_columns_from_128_bit_files_read_back() {
+    use crate::harness::text_rows;
+    let mut server = TestServer::start();
+    let client = server.connect("sundial").await;
+    client
+        .batch_execute(
+            "CREATE TABLE nold (time timestamptz NOT NULL, v numeric(38,10)) \
+             WITH (tsdb.hypertable, tsdb.partition_column='time'); \
+             INSERT INTO nold VALUES ('2024-01-01 00:00:00+00', 12.5), \
+             ('2024-01-02 00:00:00+00', -1234567890123456789012345678.0123456789); \
+             SELECT sundial_flush(); \
+             INSERT INTO nold VALUES ('2024-01-03 00:00:00+00', 0.0000000001);",
+        )
+        .await
+        .unwrap();
+    drop(client);
+    server.kill9();
+    let manifest = server.data_dir.join("catalog/manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    assert!(text.contains("\"numeric(38,10)\""), "{text}");
+    std::fs::write(&manifest, text.replace("\"numeric(38,10)\"", "\"numeric\"")).unwrap();
+    server.restart();
+    let client = server.connect("sundial").await;
+    assert_eq!(
+        text_rows(
+            &client,
+            "SELECT pg_typeof(v)::text, v FROM nold ORDER BY time"
+        )
+        .await,
+        vec![
+            vec![Some("numeric".into()), Some("12.5".into())],
+            vec![
+                Some("numeric".into()),
+                Some("-1234567890123456789012345678.0123456789".into())
+            ],
+            vec![Some("numeric".into()), Some("0.0000000001".into())],
+        ]
+    );
+    client
+        .batch_execute(
+            "INSERT INTO nold VALUES ('2024-01-04 00:00:00+00', 12345.678901234567890123); \
+             SELECT sundial_flush();",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        text_rows(
+            &client,
+            "SELECT count(*), sum(v), max(v * 2) FROM nold WHERE v > 1"
+        )
+        .await,
+        vec![vec![
+            Some("2".into()),
+            Some("12358.178901234567890123".into()),
+            Some("24691.357802469135780246".into())
+        ]]
+    );
+    assert_eq!(
+        text_rows(&client, "SELECT v FROM nold WHERE v < 0").await,
+        vec![vec![Some(
+            "-1234567890123456789012345678.0123456789".into()
+        )]]
+    );
+}

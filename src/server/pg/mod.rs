@@ -279,14 +279,36 @@ fn fields_for(schema: &SchemaRef, format: &Format) -> PgWireResult<Vec<FieldInfo
     arrow_schema_to_pg_fields(&catalog_types(schema), format, None)
 }
 
+/// The type arrow-pg names a column's PostgreSQL type by: it knows `numeric` only as
+/// a 128-bit decimal (Sundial encodes every decimal's values itself, `pgtext`).
+fn named_type(dt: &DataType) -> DataType {
+    match dt {
+        DataType::Decimal256(..) => DataType::Decimal128(38, 0),
+        DataType::List(f) if matches!(f.data_type(), DataType::Decimal256(..)) => {
+            DataType::List(Arc::new(
+                f.as_ref()
+                    .clone()
+                    .with_data_type(DataType::Decimal128(38, 0)),
+            ))
+        }
+        other => other.clone(),
+    }
+}
+
 /// Drops the catalog's `oid` / `"char"` column markers (field metadata) where a cast
 /// carried them onto another type (`oid::bigint`): only `Int32` columns are oids and
-/// only text columns are `"char"`.
+/// only text columns are `"char"`. Decimals are named as [`named_type`] says.
 fn catalog_types(schema: &SchemaRef) -> arrow::datatypes::Schema {
     let fields: Vec<arrow::datatypes::Field> = schema
         .fields()
         .iter()
         .map(|f| {
+            let named = named_type(f.data_type());
+            let f = if &named == f.data_type() {
+                f.clone()
+            } else {
+                Arc::new(f.as_ref().clone().with_data_type(named))
+            };
             let keep = match f.data_type() {
                 DataType::Int32 => "pg.oid_alias",
                 DataType::Utf8 => "pg.char",
@@ -559,7 +581,7 @@ fn pg_to_arrow(t: &Type) -> Option<DataType> {
         Type::INT8 => DataType::Int64,
         Type::FLOAT4 => DataType::Float32,
         Type::FLOAT8 => DataType::Float64,
-        Type::NUMERIC => DataType::Decimal128(38, crate::catalog::ANY_NUMERIC_SCALE),
+        Type::NUMERIC => crate::catalog::ANY_NUMERIC,
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => DataType::Utf8,
         Type::BYTEA => DataType::Binary,
         Type::DATE => DataType::Date32,
@@ -683,7 +705,7 @@ impl QueryParser for Parser {
         param_types(stmt)
             .iter()
             .map(|t| match t {
-                Some(dt) => into_pg_type(dt),
+                Some(dt) => into_pg_type(&named_type(dt)),
                 None => Ok(Type::TEXT),
             })
             .collect()

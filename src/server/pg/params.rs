@@ -19,8 +19,8 @@ use crate::sql::pgnumeric::{binary_text, scaled};
 
 /// How a parameter is decoded when arrow-pg cannot be left to it.
 enum Own {
-    /// A `numeric` into this decimal type.
-    Numeric(u8, i8),
+    /// A `numeric` into this decimal type (256-bit when `wide`).
+    Numeric { wide: bool, p: u8, s: i8 },
     /// A NULL nothing types (psycopg's `None`): arrow-pg would drop it from the list.
     UntypedNull,
 }
@@ -36,7 +36,10 @@ pub fn decode<S: Clone>(
             let hint = hint.filter(|h| *h != Type::UNKNOWN);
             match (hint, types.get(i).cloned().flatten()) {
                 (None | Some(Type::NUMERIC), Some(DataType::Decimal128(p, s))) => {
-                    Some((i, Own::Numeric(p, s)))
+                    Some((i, Own::Numeric { wide: false, p, s }))
+                }
+                (None | Some(Type::NUMERIC), Some(DataType::Decimal256(p, s))) => {
+                    Some((i, Own::Numeric { wide: true, p, s }))
                 }
                 (None, None) if portal.parameters.get(i).is_some_and(Option::is_none) => {
                     Some((i, Own::UntypedNull))
@@ -45,15 +48,27 @@ pub fn decode<S: Clone>(
             }
         })
         .collect();
-    let refs: Vec<Option<&DataType>> = types.iter().map(|t| t.as_ref()).collect();
-    if own.is_empty() {
+    // arrow-pg knows numeric only as a 128-bit decimal: 256-bit slots are decoded
+    // here (declared numeric or untyped) or into a 128-bit decimal and widened.
+    let narrowed: Vec<Option<DataType>> = types
+        .iter()
+        .map(|t| match t {
+            Some(DataType::Decimal256(..)) => Some(DataType::Decimal128(38, 10)),
+            other => other.clone(),
+        })
+        .collect();
+    let refs: Vec<Option<&DataType>> = narrowed.iter().map(|t| t.as_ref()).collect();
+    let wide = types
+        .iter()
+        .any(|t| matches!(t, Some(DataType::Decimal256(..))));
+    if own.is_empty() && !wide {
         return arrow_pg::datatypes::df::deserialize_parameters(portal, &refs);
     }
     // Everything else through arrow-pg, with these values stood in for.
     let mut parameters = portal.parameters.clone();
     for (i, how) in &own {
         parameters[*i] = match how {
-            Own::Numeric(..) => None,
+            Own::Numeric { .. } => None,
             Own::UntypedNull => Some(bytes::Bytes::new()),
         };
     }
@@ -65,10 +80,21 @@ pub fn decode<S: Clone>(
     else {
         return arrow_pg::datatypes::df::deserialize_parameters(portal, &refs);
     };
+    for (i, t) in types.iter().enumerate() {
+        if let (Some(t @ DataType::Decimal256(..)), Some(slot)) = (t, list.get_mut(i)) {
+            let value = slot.value.cast_to(t).map_err(|e| {
+                super::to_pg(Error::sql(
+                    "22003",
+                    format!("numeric parameter ${}: {e}", i + 1),
+                ))
+            })?;
+            *slot = ScalarAndMetadata::from(value);
+        }
+    }
     for (i, how) in own {
         let value = match how {
             Own::UntypedNull => ScalarValue::Utf8(None),
-            Own::Numeric(p, s) => {
+            Own::Numeric { wide, p, s } => {
                 let value = match &portal.parameters[i] {
                     None => None,
                     Some(bytes) => {
@@ -83,7 +109,18 @@ pub fn decode<S: Clone>(
                         Some(scaled(&text, p, s).map_err(super::to_pg)?)
                     }
                 };
-                ScalarValue::Decimal128(value, p, s)
+                if wide {
+                    ScalarValue::Decimal256(value, p, s)
+                } else {
+                    let narrow = value
+                        .map(|v| {
+                            v.to_i128().ok_or_else(|| {
+                                super::to_pg(Error::sql("22003", "numeric field overflow"))
+                            })
+                        })
+                        .transpose()?;
+                    ScalarValue::Decimal128(narrow, p, s)
+                }
             }
         };
         if let Some(slot) = list.get_mut(i) {

@@ -154,7 +154,7 @@ impl ScalarUDFImpl for Format {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let n = args.number_rows;
-        let (arrays, scalar) = super::pgfuncs::arrays_of(&args)?;
+        let (arrays, scalar) = super::arrays_of(&args)?;
         let cols = arrays.iter().map(texts).collect::<Result<Vec<_>>>()?;
         let Some((template, rest)) = cols.split_first() else {
             return Err(err("42883", "function format() needs a template"));

@@ -4,10 +4,12 @@
 
 pub mod format;
 pub mod histogram;
+pub mod numeric;
 pub mod pgcast;
 pub mod pgcoerce;
 pub mod pgfuncs;
 pub mod pgtext;
+pub mod pgtypes;
 pub mod session_zone;
 pub mod time_bucket;
 pub mod to_char;
@@ -42,6 +44,21 @@ pub fn columnar(out: arrow::array::ArrayRef, scalar: bool) -> Result<ColumnarVal
     } else {
         Ok(ColumnarValue::Array(out))
     }
+}
+
+/// The arguments as arrays of the batch's length, and whether all were scalars
+/// (the result is then a scalar too).
+pub(crate) fn arrays_of(args: &ScalarFunctionArgs) -> Result<(Vec<arrow::array::ArrayRef>, bool)> {
+    let scalar = args
+        .args
+        .iter()
+        .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+    let arrays = args
+        .args
+        .iter()
+        .map(|a| a.to_array(args.number_rows))
+        .collect::<Result<_>>()?;
+    Ok((arrays, scalar))
 }
 
 /// Session settings shared between the session and `current_setting()`.

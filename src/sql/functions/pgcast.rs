@@ -1,7 +1,8 @@
 //! PostgreSQL semantics DataFusion lacks, applied by one analyzer rule:
 //! float/numeric → integer casts round (`pg_rint`: half to even for floats, half
-//! away from zero for numeric), `round(float8)` is `rint` (half to even), and
-//! integer `+ - *` raise 22003 on overflow.
+//! away from zero for numeric), float → numeric casts go through the float's
+//! significant digits, `round(float8)` is `rint` (half to even), and integer
+//! `+ - *` raise 22003 on overflow.
 
 use std::sync::Arc;
 
@@ -78,6 +79,30 @@ impl ScalarUDFImpl for PgRint {
                     .collect();
                 Arc::new(rounded.with_precision_and_scale(*p, *s)?)
             }
+            DataType::Decimal256(p, s) if *s > 0 => {
+                let ten = arrow::datatypes::i256::from_i128(10);
+                let f = ten.wrapping_pow(*s as u32);
+                let two = arrow::datatypes::i256::from_i128(2);
+                let arr = a.as_primitive::<arrow::datatypes::Decimal256Type>();
+                let rounded: arrow::array::Decimal256Array = arr
+                    .iter()
+                    .map(|v| {
+                        v.map(|v| {
+                            let q = v.wrapping_div(f);
+                            let r = v.wrapping_rem(f);
+                            let q = if r.wrapping_abs().wrapping_mul(two) >= f {
+                                q.wrapping_add(arrow::datatypes::i256::from_i128(
+                                    if v.is_negative() { -1 } else { 1 },
+                                ))
+                            } else {
+                                q
+                            };
+                            q.wrapping_mul(f)
+                        })
+                    })
+                    .collect();
+                Arc::new(rounded.with_precision_and_scale(*p, *s)?)
+            }
             _ => a,
         };
         super::columnar(out, scalar)
@@ -141,10 +166,29 @@ impl ScalarUDFImpl for CheckedArith {
     }
 }
 
-/// The analyzer rule that applies both rewrites.
+/// For `EXTRACT(epoch FROM date)`: numeric of scale 0, as PostgreSQL's extract_date
+/// gives it (a date's epoch has no fraction; timestamps keep 6 digits). `None` for
+/// other units and arguments.
+fn extract_of_date(f: &ScalarFunction, schema: &DFSchema) -> Option<DataType> {
+    let [Expr::Literal(ScalarValue::Utf8(Some(unit)), _), arg] = f.args.as_slice() else {
+        return None;
+    };
+    let is_date = |e: &Expr| {
+        matches!(
+            e.get_type(schema as &dyn ExprSchema),
+            Ok(DataType::Date32 | DataType::Date64)
+        )
+    };
+    // Type coercion may have cast the date to a timestamp for date_part.
+    let date = is_date(arg) || matches!(arg, Expr::Cast(c) if is_date(&c.expr));
+    (date && unit.eq_ignore_ascii_case("epoch")).then_some(DataType::Decimal128(38, 0))
+}
+
+/// The analyzer rule that applies these rewrites.
 #[derive(Debug)]
 pub struct RoundingCasts {
     rint: Arc<ScalarUDF>,
+    float_numeric: Arc<ScalarUDF>,
     add: Arc<ScalarUDF>,
     sub: Arc<ScalarUDF>,
     mul: Arc<ScalarUDF>,
@@ -154,6 +198,7 @@ impl Default for RoundingCasts {
     fn default() -> Self {
         RoundingCasts {
             rint: Arc::new(ScalarUDF::from(PgRint::default())),
+            float_numeric: Arc::new(ScalarUDF::from(super::numeric::FloatNumeric::default())),
             add: Arc::new(ScalarUDF::from(CheckedArith::new(Operator::Plus))),
             sub: Arc::new(ScalarUDF::from(CheckedArith::new(Operator::Minus))),
             mul: Arc::new(ScalarUDF::from(CheckedArith::new(Operator::Multiply))),
@@ -171,7 +216,10 @@ fn is_int(dt: &DataType) -> bool {
 fn is_fractional(dt: &DataType) -> bool {
     matches!(
         dt,
-        DataType::Float32 | DataType::Float64 | DataType::Decimal128(_, _)
+        DataType::Float32
+            | DataType::Float64
+            | DataType::Decimal128(_, _)
+            | DataType::Decimal256(_, _)
     )
 }
 
@@ -182,6 +230,7 @@ impl AnalyzerRule for RoundingCasts {
 
     fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
         let rint = self.rint.clone();
+        let float_numeric = self.float_numeric.clone();
         let session_tz: Option<Arc<str>> = config.execution.time_zone.as_deref().map(Arc::from);
         let (add, sub, mul) = (self.add.clone(), self.sub.clone(), self.mul.clone());
         let out = plan.transform_up_with_subqueries(|node| {
@@ -257,8 +306,35 @@ impl AnalyzerRule for RoundingCasts {
                             field,
                         })));
                     }
+                    // EXTRACT (date_part as numeric(38, 6)): microseconds kept, and a
+                    // date's epoch without fraction digits.
+                    if let Expr::ScalarFunction(f) = expr.as_ref()
+                        && f.func.name() == "date_part"
+                    {
+                        let field = extract_of_date(f, &schema)
+                            .filter(|_| *field.data_type() == DataType::Decimal128(38, 6))
+                            .map(|t| Arc::new(field.as_ref().clone().with_data_type(t)))
+                            .unwrap_or(field);
+                        return Ok(Transformed::yes(Expr::Cast(Cast { expr, field })));
+                    }
                     let from = (*expr).get_type(&schema as &dyn ExprSchema).ok();
                     match from {
+                        // float → numeric through the float's 15 significant digits
+                        // (0.1::float8::numeric is 0.1, not the binary fraction's digits).
+                        Some(DataType::Float32 | DataType::Float64)
+                            if matches!(
+                                field.data_type(),
+                                DataType::Decimal128(..) | DataType::Decimal256(..)
+                            ) =>
+                        {
+                            let target = ScalarValue::try_from(field.data_type())?;
+                            Ok(Transformed::yes(Expr::ScalarFunction(
+                                ScalarFunction::new_udf(
+                                    float_numeric.clone(),
+                                    vec![*expr, Expr::Literal(target, None)],
+                                ),
+                            )))
+                        }
                         Some(from) if is_int(field.data_type()) && is_fractional(&from) => {
                             let rounded = Expr::ScalarFunction(ScalarFunction::new_udf(
                                 rint.clone(),

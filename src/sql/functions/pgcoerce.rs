@@ -78,11 +78,51 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
             right,
         }) if numeric_division(&left, &right, schema) => {
             let udf = Arc::new(datafusion::logical_expr::ScalarUDF::from(
-                super::pgfuncs::NumericDiv::default(),
+                super::numeric::NumericDiv::default(),
             ));
             Transformed::yes(Expr::ScalarFunction(
                 datafusion::logical_expr::expr::ScalarFunction::new_udf(udf, vec![*left, *right]),
             ))
+        }
+        // A product with a 256-bit numeric (`numeric` without typmod): exact, at
+        // most 38 fraction digits (DataFusion would ask for s1 + s2 = 76).
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Multiply,
+            right,
+        }) if wide_product(&left, &right, schema) => {
+            let udf = Arc::new(datafusion::logical_expr::ScalarUDF::from(
+                super::numeric::NumericMul::default(),
+            ));
+            Transformed::yes(Expr::ScalarFunction(
+                datafusion::logical_expr::expr::ScalarFunction::new_udf(udf, vec![*left, *right]),
+            ))
+        }
+        // avg of a numeric without typmod: the exact sum over the count with
+        // PostgreSQL's division scale (DataFusion adds four fraction digits past 38).
+        Expr::AggregateFunction(mut a)
+            if a.func.name() == "avg"
+                && a.params.args.len() == 1
+                && !a.params.distinct
+                && type_of(&a.params.args[0], schema)
+                    .is_some_and(|t| crate::catalog::is_any_numeric(&t)) =>
+        {
+            a.func = Arc::new(datafusion::logical_expr::AggregateUDF::from(
+                super::numeric::NumericAvg::default(),
+            ));
+            Transformed::yes(Expr::AggregateFunction(a))
+        }
+        Expr::WindowFunction(mut w)
+            if w.fun.name() == "avg"
+                && w.params.args.len() == 1
+                && !w.params.distinct
+                && type_of(&w.params.args[0], schema)
+                    .is_some_and(|t| crate::catalog::is_any_numeric(&t)) =>
+        {
+            w.fun = WindowFunctionDefinition::AggregateUDF(Arc::new(
+                datafusion::logical_expr::AggregateUDF::from(super::numeric::NumericAvg::default()),
+            ));
+            Transformed::yes(Expr::WindowFunction(w))
         }
         // avg of integers is numeric in PostgreSQL: the exact sum over the count.
         Expr::AggregateFunction(mut a)
@@ -202,12 +242,11 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         Expr::ScalarFunction(f)
             if matches!(f.func.name(), "floor" | "ceil" | "ceiling")
                 && f.args.len() == 1
-                && matches!(type_of(&f.args[0], schema), Some(DataType::Decimal128(_, s)) if s > 0) =>
+                && type_of(&f.args[0], schema).is_some_and(|t| decimal_scale(&t) > 0) =>
         {
-            Transformed::yes(Expr::Cast(Cast::new(
-                Box::new(Expr::ScalarFunction(f)),
-                DataType::Decimal128(38, 0),
-            )))
+            let t = type_of(&f.args[0], schema)
+                .map_or(DataType::Decimal128(38, 0), |t| with_scale(&t, 0));
+            Transformed::yes(Expr::Cast(Cast::new(Box::new(Expr::ScalarFunction(f)), t)))
         }
         // trunc(numeric, n) has n fraction digits, as PostgreSQL prints it
         // (`trunc(2.567, 2)` is `2.56`, not `2.560`).
@@ -216,7 +255,7 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 && f.args.len() == 2
                 && matches!(
                     (type_of(&f.args[0], schema), &f.args[1]),
-                    (Some(DataType::Decimal128(_, s)), Expr::Literal(v, _))
+                    (Some(DataType::Decimal128(_, s) | DataType::Decimal256(_, s)), Expr::Literal(v, _))
                         if v.clone().cast_to(&DataType::Int64).ok().and_then(|v| match v {
                             ScalarValue::Int64(Some(n)) => Some(n),
                             _ => None,
@@ -230,10 +269,9 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 },
                 _ => 0,
             };
-            Transformed::yes(Expr::Cast(Cast::new(
-                Box::new(Expr::ScalarFunction(f)),
-                DataType::Decimal128(38, n),
-            )))
+            let t = type_of(&f.args[0], schema)
+                .map_or(DataType::Decimal128(38, n), |t| with_scale(&t, n));
+            Transformed::yes(Expr::Cast(Cast::new(Box::new(Expr::ScalarFunction(f)), t)))
         }
         // Functions whose arguments unify to one type, as CASE branches do.
         Expr::ScalarFunction(mut f)
@@ -281,7 +319,7 @@ fn integer_literals(e: Expr) -> Result<Transformed<Expr>> {
 }
 
 /// A VALUES column of integer literals that all fit int4 (or are NULL) is int4,
-/// as PostgreSQL types `VALUES (1), (2)`.
+/// as PostgreSQL types `VALUES (1), (2)`; a column of only NULLs is text.
 fn values_int4(mut v: datafusion::logical_expr::Values) -> Result<LogicalPlan> {
     let fits = |e: &Expr| match e {
         Expr::Literal(ScalarValue::Int64(Some(x)), _) => i32::try_from(*x).is_ok(),
@@ -301,13 +339,28 @@ fn values_int4(mut v: datafusion::logical_expr::Values) -> Result<LogicalPlan> {
                 })
         })
         .collect();
-    if cols.is_empty() {
+    // A column of only NULLs is text, as PostgreSQL resolves an unknown-typed
+    // VALUES column (DataFusion leaves it Null, which clients see as "unknown").
+    let nulls: Vec<usize> = (0..width)
+        .filter(|&j| v.schema.field(j).data_type() == &DataType::Null)
+        .filter(|&j| {
+            v.values
+                .iter()
+                .all(|row| matches!(row.get(j), Some(Expr::Literal(ScalarValue::Null, _))))
+        })
+        .collect();
+    if cols.is_empty() && nulls.is_empty() {
         return Ok(LogicalPlan::Values(v));
     }
     for row in &mut v.values {
         for &j in &cols {
             if let Expr::Literal(ScalarValue::Int64(x), meta) = &row[j] {
                 row[j] = Expr::Literal(ScalarValue::Int32(x.map(|x| x as i32)), meta.clone());
+            }
+        }
+        for &j in &nulls {
+            if let Expr::Literal(_, meta) = &row[j] {
+                row[j] = Expr::Literal(ScalarValue::Utf8(None), meta.clone());
             }
         }
     }
@@ -321,6 +374,8 @@ fn values_int4(mut v: datafusion::logical_expr::Values) -> Result<LogicalPlan> {
         .map(|(j, (q, f))| {
             let f = if cols.contains(&j) {
                 Arc::new(f.as_ref().clone().with_data_type(DataType::Int32))
+            } else if nulls.contains(&j) {
+                Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8))
             } else {
                 f.clone()
             };
@@ -335,12 +390,36 @@ fn values_int4(mut v: datafusion::logical_expr::Values) -> Result<LogicalPlan> {
 /// `l / r` where one side is numeric and the other numeric or an integer.
 fn numeric_division(l: &Expr, r: &Expr, schema: &DFSchema) -> bool {
     let (lt, rt) = (type_of(l, schema), type_of(r, schema));
-    let num_or_int = |t: &Option<DataType>| {
-        t.as_ref()
-            .is_some_and(|t| matches!(t, DataType::Decimal128(..)) || t.is_integer())
-    };
-    let numeric = |t: &Option<DataType>| matches!(t, Some(DataType::Decimal128(..)));
+    let num_or_int =
+        |t: &Option<DataType>| t.as_ref().is_some_and(|t| is_numeric(t) || t.is_integer());
+    let numeric = |t: &Option<DataType>| t.as_ref().is_some_and(is_numeric);
     (numeric(&lt) || numeric(&rt)) && num_or_int(&lt) && num_or_int(&rt)
+}
+
+/// `l * r` where one side is a 256-bit numeric and the other numeric or an integer.
+fn wide_product(l: &Expr, r: &Expr, schema: &DFSchema) -> bool {
+    let (lt, rt) = (type_of(l, schema), type_of(r, schema));
+    let num_or_int =
+        |t: &Option<DataType>| t.as_ref().is_some_and(|t| is_numeric(t) || t.is_integer());
+    let wide = |t: &Option<DataType>| matches!(t, Some(DataType::Decimal256(..)));
+    (wide(&lt) || wide(&rt)) && num_or_int(&lt) && num_or_int(&rt)
+}
+
+fn decimal_scale(t: &DataType) -> i8 {
+    match t {
+        DataType::Decimal128(_, s) | DataType::Decimal256(_, s) => *s,
+        _ => 0,
+    }
+}
+
+/// The widest decimal of `t`'s width with `scale` fraction digits.
+fn with_scale(t: &DataType, scale: i8) -> DataType {
+    match t {
+        DataType::Decimal256(..) => {
+            DataType::Decimal256(crate::catalog::ANY_NUMERIC_PRECISION, scale)
+        }
+        _ => DataType::Decimal128(38, scale),
+    }
 }
 
 /// Whether some of `types` are floats and some numeric (PostgreSQL unifies to float8).

@@ -2,7 +2,7 @@
 //! `make_interval`, interval times or divided by a number (`interval_mul` /
 //! `interval_div`, planned for `*` and `/`), `pg_typeof`, `pg_sleep`,
 //! `percentile_disc`, `variance` (= `var_samp`) and `justify_days` / `justify_hours` /
-//! `justify_interval`, and `div`.
+//! `justify_interval`. Numeric arithmetic is in [`super::numeric`].
 
 use std::sync::Arc;
 
@@ -79,21 +79,6 @@ fn scale_interval(
     ))
 }
 
-/// The arguments as arrays of the batch's length, and whether all were scalars
-/// (the result is then a scalar too).
-pub(super) fn arrays_of(args: &ScalarFunctionArgs) -> Result<(Vec<ArrayRef>, bool)> {
-    let scalar = args
-        .args
-        .iter()
-        .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-    let arrays = args
-        .args
-        .iter()
-        .map(|a| a.to_array(args.number_rows))
-        .collect::<Result<_>>()?;
-    Ok((arrays, scalar))
-}
-
 /// `interval * number` / `interval / number`.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct IntervalScale {
@@ -128,7 +113,7 @@ impl ScalarUDFImpl for IntervalScale {
         Ok(interval_type())
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let (arrays, scalar) = arrays_of(&args)?;
+        let (arrays, scalar) = super::arrays_of(&args)?;
         let spans = arrays[0].as_primitive::<arrow::datatypes::IntervalMonthDayNanoType>();
         let factors = arrays[1].as_primitive::<arrow::datatypes::Float64Type>();
         let mut out = Vec::with_capacity(spans.len());
@@ -166,7 +151,7 @@ impl ScalarUDFImpl for MakeInterval {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let n = args.number_rows;
-        let (cols, scalar) = arrays_of(&args)?;
+        let (cols, scalar) = super::arrays_of(&args)?;
         let mut out = Vec::with_capacity(n);
         for row in 0..n {
             let mut v = [0f64; 7];
@@ -280,7 +265,7 @@ impl ScalarUDFImpl for Age {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let n = args.number_rows;
-        let (arrays, scalar) = arrays_of(&args)?;
+        let (arrays, scalar) = super::arrays_of(&args)?;
         let zone = args
             .config_options
             .execution
@@ -375,294 +360,39 @@ impl ScalarUDFImpl for PgTypeof {
     }
 }
 
-/// Fractional digits a numeric division keeps at most (18 integer digits remain).
-pub const DIV_SCALE: i8 = 20;
-
-/// Mantissa and scale of row `i` of an integer or decimal array.
-fn mantissa(a: &ArrayRef, i: usize) -> Option<(i128, u32)> {
-    use arrow::datatypes as t;
-    if a.is_null(i) {
-        return None;
-    }
-    Some(match a.data_type() {
-        // A numeric without typmod is kept at a fixed scale; the value's own scale
-        // (what PostgreSQL would have kept) is the one without trailing zeros.
-        DataType::Decimal128(_, s) if *s == crate::catalog::ANY_NUMERIC_SCALE => {
-            let (mut m, mut s) = (a.as_primitive::<t::Decimal128Type>().value(i), *s as u32);
-            while s > 0 && m % 10 == 0 {
-                m /= 10;
-                s -= 1;
-            }
-            (m, s)
-        }
-        DataType::Decimal128(_, s) => (
-            a.as_primitive::<t::Decimal128Type>().value(i),
-            (*s).max(0) as u32,
-        ),
-        DataType::Int8 => (a.as_primitive::<t::Int8Type>().value(i) as i128, 0),
-        DataType::Int16 => (a.as_primitive::<t::Int16Type>().value(i) as i128, 0),
-        DataType::Int32 => (a.as_primitive::<t::Int32Type>().value(i) as i128, 0),
-        DataType::Int64 => (a.as_primitive::<t::Int64Type>().value(i) as i128, 0),
-        DataType::UInt8 => (a.as_primitive::<t::UInt8Type>().value(i) as i128, 0),
-        DataType::UInt16 => (a.as_primitive::<t::UInt16Type>().value(i) as i128, 0),
-        DataType::UInt32 => (a.as_primitive::<t::UInt32Type>().value(i) as i128, 0),
-        DataType::UInt64 => (a.as_primitive::<t::UInt64Type>().value(i) as i128, 0),
-        _ => return None,
-    })
-}
-
-/// PostgreSQL's weight (position of the leading base-10000 digit) and leading
-/// base-10000 digit of `m × 10^-s`.
-fn weight_and_first(m: i128, s: u32) -> (i32, u128) {
-    let a = m.unsigned_abs();
-    if a == 0 {
-        return (0, 0);
-    }
-    let digits = a.ilog10() as i32 + 1;
-    let w = (digits - 1 - s as i32).div_euclid(4);
-    let k = s as i32 + 4 * w;
-    let first = if k >= 0 {
-        a / 10u128.pow(k as u32)
-    } else {
-        a * 10u128.pow((-k) as u32)
-    };
-    (w, first)
-}
-
-/// PostgreSQL's `select_div_scale`: at least 16 significant digits, never fewer
-/// fractional digits than either input has.
-fn div_scale(m1: i128, s1: u32, m2: i128, s2: u32) -> i32 {
-    let (w1, f1) = weight_and_first(m1, s1);
-    let (w2, f2) = weight_and_first(m2, s2);
-    let mut qweight = w1 - w2;
-    if f1 <= f2 {
-        qweight -= 1;
-    }
-    (16 - qweight * 4)
-        .max(s1 as i32)
-        .max(s2 as i32)
-        .clamp(0, 1000)
-}
-
-fn pow10(n: u32) -> Option<i256> {
-    i256::from_i128(10).checked_pow(n)
-}
-
-/// `m1 × 10^-s1 / m2 × 10^-s2` rounded half away from zero to PostgreSQL's result
-/// scale (at most `out`), as a mantissa of scale `out`.
-fn numeric_div(m1: i128, s1: u32, m2: i128, s2: u32, out: u32) -> Result<i128> {
-    if m2 == 0 {
-        return Err(sql_error("22012", "division by zero"));
-    }
-    let overflow = || {
-        sql_error(
-            "22003",
-            "numeric field overflow: a division result has more than 18 integer digits",
-        )
-    };
-    let r = div_scale(m1, s1, m2, s2).min(out as i32);
-    let e = s2 as i32 - s1 as i32 + r;
-    let (mut num, mut den) = (i256::from_i128(m1), i256::from_i128(m2));
-    if e >= 0 {
-        num = num
-            .checked_mul(pow10(e as u32).ok_or_else(overflow)?)
-            .ok_or_else(overflow)?;
-    } else {
-        den = den
-            .checked_mul(pow10((-e) as u32).ok_or_else(overflow)?)
-            .ok_or_else(overflow)?;
-    }
-    let q = num.checked_div(den).ok_or_else(overflow)?;
-    let rem = num.checked_rem(den).ok_or_else(overflow)?;
-    let twice = rem
-        .wrapping_abs()
-        .checked_mul(i256::from_i128(2))
-        .ok_or_else(overflow)?;
-    let mut q = q;
-    if twice >= den.wrapping_abs() {
-        let away = if num.is_negative() != den.is_negative() {
-            -1
-        } else {
-            1
-        };
-        q = q.checked_add(i256::from_i128(away)).ok_or_else(overflow)?;
-    }
-    let q = q
-        .checked_mul(pow10(out - r as u32).ok_or_else(overflow)?)
-        .ok_or_else(overflow)?;
-    let q = q.to_i128().ok_or_else(overflow)?;
-    if q.unsigned_abs() >= 10u128.pow(38) {
-        return Err(overflow());
-    }
-    Ok(q)
-}
-
-/// `numeric / numeric` (or with an integer) as PostgreSQL divides: planned for `/`
-/// when a numeric is involved.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct NumericDiv {
-    signature: Signature,
-}
-
-impl Default for NumericDiv {
-    fn default() -> Self {
-        NumericDiv {
-            signature: Signature::any(2, Volatility::Immutable),
-        }
-    }
-}
-
-fn div_out_scale(args: &[DataType]) -> i8 {
-    args.iter()
-        .map(|t| match t {
-            DataType::Decimal128(_, s) => *s,
-            _ => 0,
-        })
-        .max()
-        .unwrap_or(0)
-        .clamp(DIV_SCALE, 38)
-}
-
-impl ScalarUDFImpl for NumericDiv {
-    fn name(&self) -> &str {
-        "numeric_div"
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Decimal128(38, div_out_scale(args)))
-    }
-    fn return_field_from_args(
-        &self,
-        args: datafusion::logical_expr::ReturnFieldArgs,
-    ) -> Result<FieldRef> {
-        let types: Vec<DataType> = args
-            .arg_fields
-            .iter()
-            .map(|f| f.data_type().clone())
-            .collect();
-        let meta = std::collections::HashMap::from([(
-            super::pgtext::OWN_SCALE.to_string(),
-            "true".to_string(),
-        )]);
-        Ok(Arc::new(
-            Field::new(self.name(), self.return_type(&types)?, true).with_metadata(meta),
-        ))
-    }
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let n = args.number_rows;
-        let (arrays, scalar) = arrays_of(&args)?;
-        let DataType::Decimal128(_, out) = args.return_field.data_type() else {
-            return exec_err!("numeric_div returns a decimal");
-        };
-        let out = *out;
-        let mut values = Vec::with_capacity(n);
-        for i in 0..n {
-            values.push(match (mantissa(&arrays[0], i), mantissa(&arrays[1], i)) {
-                (Some((m1, s1)), Some((m2, s2))) => Some(numeric_div(m1, s1, m2, s2, out as u32)?),
-                _ => None,
-            });
-        }
-        let a = arrow::array::Decimal128Array::from(values).with_precision_and_scale(38, out)?;
-        super::columnar(Arc::new(a), scalar)
-    }
-}
-
-/// `div(numeric, numeric)`: the integer quotient, truncated toward zero, as a numeric
-/// of scale 0 (integers are taken as numerics).
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct IntegerQuotient {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for IntegerQuotient {
-    fn name(&self) -> &str {
-        "div"
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
-        let exact = |t: &DataType| {
-            matches!(
-                t,
-                DataType::Null
-                    | DataType::Int8
-                    | DataType::Int16
-                    | DataType::Int32
-                    | DataType::Int64
-                    | DataType::Decimal128(_, _)
-            )
-        };
-        if !args.iter().all(exact) {
-            let names: Vec<String> = args.iter().map(|t| t.to_string()).collect();
-            return Err(sql_error(
-                "42883",
-                &format!(
-                    "function div({}) does not exist. Hint: div takes numeric arguments",
-                    names.join(", ")
-                ),
-            ));
-        }
-        Ok(DataType::Decimal128(38, 0))
-    }
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let n = args.number_rows;
-        let (arrays, scalar) = arrays_of(&args)?;
-        let mut values = Vec::with_capacity(n);
-        for i in 0..n {
-            values.push(match (mantissa(&arrays[0], i), mantissa(&arrays[1], i)) {
-                (Some((m1, s1)), Some((m2, s2))) => {
-                    let s = s1.max(s2);
-                    let widen = |m: i128, from: u32| {
-                        10i128
-                            .checked_pow(s - from)
-                            .and_then(|f| m.checked_mul(f))
-                            .ok_or_else(|| sql_error("22003", "numeric field overflow"))
-                    };
-                    let (a, b) = (widen(m1, s1)?, widen(m2, s2)?);
-                    if b == 0 {
-                        return Err(sql_error("22012", "division by zero"));
-                    }
-                    Some(a / b)
-                }
-                _ => None,
-            });
-        }
-        let a = arrow::array::Decimal128Array::from(values).with_precision_and_scale(38, 0)?;
-        super::columnar(Arc::new(a), scalar)
-    }
-}
-
 /// `avg` of integers as PostgreSQL computes it: the exact sum divided by the count
 /// as a numeric division (`avg(10, 20, 30)` = 20, `avg(1, 2)` = 1.5), not a float.
 /// The argument is widened to int8; the sum is an i128, which no table can overflow.
-/// The result keeps [`DIV_SCALE`] fractional digits for int2 and int4, and 18 for
-/// int8 so that averages up to int8's range (19 integer digits) fit in 38 digits
-/// (PostgreSQL would print up to 20 for an int8 average below 1).
+/// The result is a `numeric` without typmod holding PostgreSQL's division scale
+/// (20 fraction digits for an average below 1, 24 below 0.0001, ...).
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct IntAvg {
     signature: Signature,
-    scale: i8,
 }
 
 impl IntAvg {
     /// The average of a column of type `arg`.
-    pub fn of(arg: &DataType) -> Self {
-        let wide = matches!(arg, DataType::Int64 | DataType::UInt32 | DataType::UInt64);
+    pub fn of(_arg: &DataType) -> Self {
         IntAvg {
             signature: Signature::user_defined(Volatility::Immutable),
-            scale: if wide { 18 } else { DIV_SCALE },
         }
     }
 }
 
-fn avg_of(sum: i128, count: i64, scale: i8) -> Result<Option<i128>> {
+/// The average as a mantissa of [`crate::catalog::ANY_NUMERIC`].
+fn avg_of(sum: i128, count: i64) -> Result<Option<i256>> {
     if count == 0 {
         return Ok(None);
     }
-    numeric_div(sum, 0, i128::from(count), 0, scale as u32).map(Some)
+    super::numeric::numeric_div(
+        i256::from_i128(sum),
+        0,
+        i256::from_i128(i128::from(count)),
+        0,
+        crate::catalog::ANY_NUMERIC_SCALE as u32,
+        crate::catalog::ANY_NUMERIC_PRECISION,
+    )
+    .map(Some)
 }
 
 impl AggregateUDFImpl for IntAvg {
@@ -679,16 +409,7 @@ impl AggregateUDFImpl for IntAvg {
         }
     }
     fn return_type(&self, _: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Decimal128(38, self.scale))
-    }
-    fn return_field(&self, _: &[FieldRef]) -> Result<FieldRef> {
-        let meta = std::collections::HashMap::from([(
-            super::pgtext::OWN_SCALE.to_string(),
-            "true".to_string(),
-        )]);
-        Ok(Arc::new(
-            Field::new(self.name(), DataType::Decimal128(38, self.scale), true).with_metadata(meta),
-        ))
+        Ok(crate::catalog::ANY_NUMERIC)
     }
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
         Ok(vec![
@@ -705,10 +426,7 @@ impl AggregateUDFImpl for IntAvg {
         ])
     }
     fn accumulator(&self, _args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(IntAvgAcc {
-            scale: self.scale,
-            ..Default::default()
-        }))
+        Ok(Box::<IntAvgAcc>::default())
     }
     fn groups_accumulator_supported(&self, _args: AccumulatorArgs) -> bool {
         true
@@ -717,10 +435,7 @@ impl AggregateUDFImpl for IntAvg {
         &self,
         _args: AccumulatorArgs,
     ) -> Result<Box<dyn GroupsAccumulator>> {
-        Ok(Box::new(IntAvgGroups {
-            scale: self.scale,
-            ..Default::default()
-        }))
+        Ok(Box::<IntAvgGroups>::default())
     }
 }
 
@@ -728,7 +443,6 @@ impl AggregateUDFImpl for IntAvg {
 struct IntAvgAcc {
     sum: i128,
     count: i64,
-    scale: i8,
 }
 
 impl Accumulator for IntAvgAcc {
@@ -748,10 +462,10 @@ impl Accumulator for IntAvgAcc {
         true
     }
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Decimal128(
-            avg_of(self.sum, self.count, self.scale)?,
-            38,
-            self.scale,
+        Ok(ScalarValue::Decimal256(
+            avg_of(self.sum, self.count)?,
+            crate::catalog::ANY_NUMERIC_PRECISION,
+            crate::catalog::ANY_NUMERIC_SCALE,
         ))
     }
     fn size(&self) -> usize {
@@ -781,7 +495,6 @@ impl Accumulator for IntAvgAcc {
 struct IntAvgGroups {
     sums: Vec<i128>,
     counts: Vec<i64>,
-    scale: i8,
 }
 
 /// Whether row `i` passes the aggregate's FILTER.
@@ -829,9 +542,12 @@ impl GroupsAccumulator for IntAvgGroups {
         let out = sums
             .into_iter()
             .zip(counts)
-            .map(|(s, c)| avg_of(s, c, self.scale))
-            .collect::<Result<arrow::array::Decimal128Array>>()?
-            .with_precision_and_scale(38, self.scale)?;
+            .map(|(s, c)| avg_of(s, c))
+            .collect::<Result<arrow::array::Decimal256Array>>()?
+            .with_precision_and_scale(
+                crate::catalog::ANY_NUMERIC_PRECISION,
+                crate::catalog::ANY_NUMERIC_SCALE,
+            )?;
         Ok(Arc::new(out))
     }
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
@@ -1268,10 +984,9 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::from(PgTypeof {
         signature: Signature::any(1, imm),
     }));
-    ctx.register_udf(ScalarUDF::from(NumericDiv::default()));
-    ctx.register_udf(ScalarUDF::from(IntegerQuotient {
-        signature: Signature::any(2, Volatility::Immutable),
-    }));
+    ctx.register_udf(ScalarUDF::from(super::numeric::NumericDiv::default()));
+    ctx.register_udf(ScalarUDF::from(super::numeric::NumericMul::default()));
+    ctx.register_udf(ScalarUDF::from(super::numeric::IntegerQuotient::default()));
     ctx.register_udf(ScalarUDF::from(CastId {
         signature: Signature::any(1, imm),
     }));
@@ -1310,28 +1025,6 @@ mod tests {
             Some(iv(0, 0, 1200.0))
         );
         assert!(scale_interval(iv(0, 0, 1.0), 0.0, true).is_err());
-    }
-
-    #[test]
-    fn numeric_division_keeps_postgresql_digits() {
-        // PostgreSQL: 22686379 / 144 = 157544.298611111111; 16 / 144 = 0.11111111111111111111
-        let q = numeric_div(22_686_379, 0, 144, 0, 20).unwrap();
-        assert_eq!(
-            super::super::pgtext::trimmed_decimal(q, 20),
-            "157544.298611111111"
-        );
-        let q = numeric_div(16, 0, 144, 0, 20).unwrap();
-        assert_eq!(
-            super::super::pgtext::trimmed_decimal(q, 20),
-            "0.11111111111111111111"
-        );
-        // 2 / 3 rounds half away from zero in the last digit; negative too.
-        let q = numeric_div(-2, 0, 3, 0, 20).unwrap();
-        assert_eq!(
-            super::super::pgtext::trimmed_decimal(q, 20),
-            "-0.66666666666666666667"
-        );
-        assert!(numeric_div(1, 0, 0, 0, 20).is_err());
     }
 
     #[test]

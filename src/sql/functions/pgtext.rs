@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
 use arrow::datatypes::{
     DataType, Float32Type, Float64Type, IntervalMonthDayNanoType, IntervalUnit, Schema, TimeUnit,
-    TimestampMicrosecondType,
+    TimestampMicrosecondType, i256,
 };
 use chrono::{DateTime, Offset, TimeZone};
 use datafusion::error::Result;
@@ -76,10 +76,19 @@ impl ScalarUDFImpl for PgText {
     }
 }
 
+/// The precision passed to Arrow's decimal formatting, which cuts digits past it:
+/// every digit a value has is printed (an overflowing sum is never shown shortened).
+const FULL: u8 = u8::MAX;
+
 /// A decimal's text without trailing fractional zeros (`12.5000000000` → `12.5`).
 pub fn trimmed_decimal(v: i128, scale: i8) -> String {
     use arrow::datatypes::DecimalType;
-    let text = arrow::datatypes::Decimal128Type::format_decimal(v, 38, scale);
+    trim_zeros(arrow::datatypes::Decimal128Type::format_decimal(
+        v, FULL, scale,
+    ))
+}
+
+fn trim_zeros(text: String) -> String {
     if text.contains('.') {
         text.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
@@ -91,65 +100,90 @@ pub fn trimmed_decimal(v: i128, scale: i8) -> String {
 /// (trailing fractional zeros dropped, as its text form prints): ndigits, weight,
 /// sign, dscale, then base-10000 digits.
 pub fn pg_numeric_binary(v: i128, scale: u32) -> Vec<u8> {
-    numeric_binary(v, scale, true)
+    numeric_binary(v < 0, &v.unsigned_abs().to_string(), scale, true)
 }
 
-/// [`pg_numeric_binary`], keeping `scale` as the display scale when `trim` is false
-/// (a `numeric(p, s)` column: PostgreSQL sends `12.50` with dscale 2).
-fn numeric_binary(v: i128, scale: u32, trim: bool) -> Vec<u8> {
-    let mut u = v.unsigned_abs();
-    let mut dscale = scale;
-    while trim && dscale > 0 && u.is_multiple_of(10) {
-        u /= 10;
+/// [`pg_numeric_binary`] of a 256-bit mantissa.
+pub fn pg_numeric_binary256(v: i256, scale: u32) -> Vec<u8> {
+    numeric_binary(v.is_negative(), &abs_digits(v), scale, true)
+}
+
+/// The decimal digits of `|v|`.
+fn abs_digits(v: i256) -> String {
+    match v.to_i128() {
+        Some(v) => v.unsigned_abs().to_string(),
+        None => v.to_string().trim_start_matches('-').to_string(),
+    }
+}
+
+/// PostgreSQL's binary numeric of the mantissa whose absolute value has the decimal
+/// `digits`, at `scale`; `scale` stays the display scale when `trim` is false (a
+/// `numeric(p, s)` column: PostgreSQL sends `12.50` with dscale 2).
+fn numeric_binary(negative: bool, digits: &str, scale: u32, trim: bool) -> Vec<u8> {
+    let mut digits = digits.trim_start_matches('0').to_string();
+    let mut dscale = if trim && digits.is_empty() {
+        0
+    } else {
+        scale as usize
+    };
+    while trim && dscale > 0 && digits.ends_with('0') {
+        digits.pop();
         dscale -= 1;
     }
-    let pow = 10u128.pow(dscale);
-    let (mut int, frac) = (u / pow, u % pow);
-    let mut digits: Vec<i16> = vec![];
-    while int > 0 {
-        digits.push((int % 10_000) as i16);
-        int /= 10_000;
+    // Left-pad so that there is at least one integer digit position.
+    if digits.len() <= dscale {
+        digits = format!("{}{digits}", "0".repeat(dscale + 1 - digits.len()));
     }
-    digits.reverse();
-    let mut weight = digits.len() as i16 - 1;
-    let frac_groups = dscale.div_ceil(4);
-    let mut f = frac * 10u128.pow(frac_groups * 4 - dscale);
-    let shown = dscale;
-    let mut fd = vec![0i16; frac_groups as usize];
-    for d in fd.iter_mut().rev() {
-        *d = (f % 10_000) as i16;
-        f /= 10_000;
-    }
-    digits.extend(fd);
-    let lead = digits.iter().take_while(|d| **d == 0).count();
-    digits.drain(..lead);
+    let (int, frac) = digits.split_at(digits.len() - dscale);
+    // Base-10000 groups: the integer part aligned right, the fraction left.
+    let int_pad = (4 - int.len() % 4) % 4;
+    let frac_pad = (4 - frac.len() % 4) % 4;
+    let int = format!("{}{int}", "0".repeat(int_pad));
+    let frac = format!("{frac}{}", "0".repeat(frac_pad));
+    let group = |s: &str| -> Vec<i16> {
+        s.as_bytes()
+            .chunks(4)
+            .map(|c| c.iter().fold(0i16, |a, d| a * 10 + i16::from(d - b'0')))
+            .collect()
+    };
+    let mut groups = group(&int);
+    let mut weight = groups.len() as i16 - 1;
+    groups.extend(group(&frac));
+    let lead = groups.iter().take_while(|d| **d == 0).count();
+    groups.drain(..lead);
     weight -= lead as i16;
-    while digits.last() == Some(&0) {
-        digits.pop();
+    while groups.last() == Some(&0) {
+        groups.pop();
     }
-    if digits.is_empty() {
+    if groups.is_empty() {
         weight = 0;
     }
-    let sign: u16 = if v < 0 && !digits.is_empty() {
+    let sign: u16 = if negative && !groups.is_empty() {
         0x4000
     } else {
         0
     };
-    let mut out = Vec::with_capacity(8 + 2 * digits.len());
-    out.extend_from_slice(&(digits.len() as i16).to_be_bytes());
+    let mut out = Vec::with_capacity(8 + 2 * groups.len());
+    out.extend_from_slice(&(groups.len() as i16).to_be_bytes());
     out.extend_from_slice(&weight.to_be_bytes());
     out.extend_from_slice(&sign.to_be_bytes());
-    out.extend_from_slice(&(shown as u16).to_be_bytes());
-    for d in digits {
+    out.extend_from_slice(&(dscale as u16).to_be_bytes());
+    for d in groups {
         out.extend_from_slice(&d.to_be_bytes());
     }
     out
 }
 
+/// Whether a decimal column prints without trailing fractional zeros: `numeric`
+/// without a typmod, and computed values that carry their own scale.
+fn trims(f: &arrow::datatypes::Field) -> bool {
+    crate::catalog::is_any_numeric(f.data_type()) || own_scale(f)
+}
+
 /// Binary-format intervals as PostgreSQL's binary interval, and binary-format
-/// `numeric` columns without a typmod (kept with 10 fractional digits)
-/// as PostgreSQL's binary numeric of each value's own scale, so binary results equal
-/// the text ones (`100`, not `100.0000000000`). The encoder writes the bytes as they are.
+/// `numeric` columns as PostgreSQL's binary numeric (of each value's own scale for
+/// `numeric` without a typmod, so binary results equal the text ones: `100`, not
+/// `100.0000000000`). The encoder writes the bytes as they are.
 fn to_binary(f: &arrow::datatypes::Field, c: &ArrayRef) -> Option<ArrayRef> {
     if let DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano) = c.data_type() {
         // PostgreSQL's binary interval: microseconds, days, months (arrow-pg's own
@@ -169,20 +203,36 @@ fn to_binary(f: &arrow::datatypes::Field, c: &ArrayRef) -> Option<ArrayRef> {
             .collect();
         return Some(Arc::new(out));
     }
-    let DataType::Decimal128(p, s) = c.data_type() else {
-        return None;
-    };
     // Every decimal: arrow-pg's own encoder goes through rust_decimal, which
     // fails past 28 digits.
-    let trim = (*p == 38 && *s == crate::catalog::ANY_NUMERIC_SCALE) || own_scale(f);
-    let scale = (*s).max(0) as u32;
-    let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
-    let out: arrow::array::BinaryArray = (0..a.len())
-        .map(|i| {
-            a.is_valid(i)
-                .then(|| numeric_binary(a.value(i), scale, trim))
-        })
-        .collect();
+    let trim = trims(f);
+    let out: arrow::array::BinaryArray = match c.data_type() {
+        DataType::Decimal128(_, s) => {
+            let scale = (*s).max(0) as u32;
+            let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
+            (0..a.len())
+                .map(|i| {
+                    a.is_valid(i).then(|| {
+                        let v = a.value(i);
+                        numeric_binary(v < 0, &v.unsigned_abs().to_string(), scale, trim)
+                    })
+                })
+                .collect()
+        }
+        DataType::Decimal256(_, s) => {
+            let scale = (*s).max(0) as u32;
+            let a = c.as_primitive::<arrow::datatypes::Decimal256Type>();
+            (0..a.len())
+                .map(|i| {
+                    a.is_valid(i).then(|| {
+                        let v = a.value(i);
+                        numeric_binary(v.is_negative(), &abs_digits(v), scale, trim)
+                    })
+                })
+                .collect()
+        }
+        _ => return None,
+    };
     Some(Arc::new(out))
 }
 
@@ -236,21 +286,38 @@ fn own_scale(f: &arrow::datatypes::Field) -> bool {
 
 fn to_text(f: &arrow::datatypes::Field, c: &ArrayRef) -> Result<Option<ArrayRef>> {
     let out: Vec<Option<String>> = match c.data_type() {
-        DataType::Decimal128(38, s) if *s == crate::catalog::ANY_NUMERIC_SCALE || own_scale(f) => {
-            let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
-            (0..a.len())
-                .map(|i| a.is_valid(i).then(|| trimmed_decimal(a.value(i), *s)))
-                .collect()
-        }
-        // Other decimals print every digit of their scale (arrow-pg's encoder
-        // goes through rust_decimal, which fails past 28 digits).
-        DataType::Decimal128(p, s) => {
+        // Decimals are printed here: arrow-pg's encoder goes through rust_decimal,
+        // which fails past 28 digits.
+        DataType::Decimal128(_, s) => {
             use arrow::datatypes::DecimalType;
+            let trim = trims(f);
             let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
             (0..a.len())
                 .map(|i| {
                     a.is_valid(i).then(|| {
-                        arrow::datatypes::Decimal128Type::format_decimal(a.value(i), *p, *s)
+                        let t =
+                            arrow::datatypes::Decimal128Type::format_decimal(a.value(i), FULL, *s);
+                        if trim { trim_zeros(t) } else { t }
+                    })
+                })
+                .collect()
+        }
+        DataType::Decimal256(_, s) => {
+            use arrow::datatypes::DecimalType;
+            let trim = trims(f);
+            let a = c.as_primitive::<arrow::datatypes::Decimal256Type>();
+            (0..a.len())
+                .map(|i| {
+                    a.is_valid(i).then(|| {
+                        let v = a.value(i);
+                        // Most values fit 128 bits, whose formatting is far cheaper.
+                        let t = match v.to_i128() {
+                            Some(v) => {
+                                arrow::datatypes::Decimal128Type::format_decimal(v, FULL, *s)
+                            }
+                            None => arrow::datatypes::Decimal256Type::format_decimal(v, FULL, *s),
+                        };
+                        if trim { trim_zeros(t) } else { t }
                     })
                 })
                 .collect()
@@ -483,7 +550,15 @@ mod tests {
             ("1.1", "0002000000000001000103e8"),
         ] {
             assert_eq!(hex(pg_numeric_binary(scaled(text), 10)), pg, "{text}");
+            let wide = crate::sql::pgnumeric::scaled(text, 76, 38).expect("fits");
+            assert_eq!(hex(pg_numeric_binary256(wide, 38)), pg, "{text} (256-bit)");
         }
+        // 38 integer and 38 fraction digits: 20 groups, weight 9, dscale 38.
+        let big = format!("{}.{}", "9".repeat(38), "1".repeat(38));
+        let wide = crate::sql::pgnumeric::scaled(&big, 76, 38).expect("fits");
+        let b = pg_numeric_binary256(wide, 38);
+        assert_eq!(&b[..8], &[0, 20, 0, 9, 0, 0, 0, 38]);
+        assert_eq!(crate::sql::pgnumeric::binary_text(&b).expect("reads"), big);
     }
 
     #[test]

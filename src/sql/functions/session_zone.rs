@@ -219,7 +219,7 @@ impl ScalarUDFImpl for AtTimeZone {
         use arrow::array::{Array, AsArray, TimestampMicrosecondArray};
         use chrono::{Offset, TimeZone};
         let n = args.number_rows;
-        let (arrays, scalar) = super::pgfuncs::arrays_of(&args)?;
+        let (arrays, scalar) = super::arrays_of(&args)?;
         let zones = arrays[0].as_string::<i32>();
         let ts = &arrays[1];
         let aware = matches!(ts.data_type(), DataType::Timestamp(_, Some(_)));
