@@ -1,7 +1,7 @@
 //! PostgreSQL functions DataFusion lacks, with PostgreSQL's results: `age`,
 //! `make_interval`, interval times or divided by a number (`interval_mul` /
 //! `interval_div`, planned for `*` and `/`), `pg_typeof`, `pg_sleep`,
-//! `percentile_disc`, `variance` (= `var_samp`) and `justify_days` / `justify_hours` /
+//! `percentile_disc`, `mode`, `variance` (= `var_samp`) and `justify_days` / `justify_hours` /
 //! `justify_interval`. Numeric arithmetic is in [`super::numeric`].
 
 use std::sync::Arc;
@@ -709,7 +709,7 @@ impl AggregateUDFImpl for PercentileDisc {
         Ok(Box::new(DiscAcc {
             values: vec![],
             data_type: args.expr_fields[0].data_type().clone(),
-            fraction,
+            fraction: Some(fraction),
             descending,
         }))
     }
@@ -718,11 +718,53 @@ impl AggregateUDFImpl for PercentileDisc {
     }
 }
 
+/// `mode() WITHIN GROUP (ORDER BY x)`: the most frequent value; among equally
+/// frequent ones the first in the order, as PostgreSQL's `mode_final` picks it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Mode {
+    signature: Signature,
+}
+
+impl AggregateUDFImpl for Mode {
+    fn name(&self) -> &str {
+        "mode"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        Ok(arg_types[0].clone())
+    }
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        PercentileDisc {
+            signature: self.signature.clone(),
+        }
+        .state_fields(args)
+    }
+    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        let descending = args
+            .order_bys
+            .first()
+            .map(|s| s.options.descending)
+            .unwrap_or(false);
+        Ok(Box::new(DiscAcc {
+            values: vec![],
+            data_type: args.expr_fields[0].data_type().clone(),
+            fraction: None,
+            descending,
+        }))
+    }
+    fn supports_within_group_clause(&self) -> bool {
+        true
+    }
+}
+
+/// Keeps the values of [`PercentileDisc`] (a fraction) or [`Mode`] (none).
 #[derive(Debug)]
 struct DiscAcc {
     values: Vec<ScalarValue>,
     data_type: DataType,
-    fraction: f64,
+    fraction: Option<f64>,
     descending: bool,
 }
 
@@ -745,8 +787,23 @@ impl Accumulator for DiscAcc {
         if self.descending {
             v.reverse();
         }
+        let Some(fraction) = self.fraction else {
+            // The first of the longest runs of equal values.
+            let (mut best, mut best_len, mut run) = (0, 0, 0);
+            for i in 0..v.len() {
+                run = if i > 0 && v[i] == v[i - 1] {
+                    run + 1
+                } else {
+                    1
+                };
+                if run > best_len {
+                    (best, best_len) = (i + 1 - run, run);
+                }
+            }
+            return Ok(v[best].clone());
+        };
         let n = v.len();
-        let idx = ((self.fraction * n as f64).ceil() as usize).clamp(1, n) - 1;
+        let idx = ((fraction * n as f64).ceil() as usize).clamp(1, n) - 1;
         Ok(v[idx].clone())
     }
     fn size(&self) -> usize {
@@ -995,6 +1052,9 @@ pub fn register(ctx: &SessionContext) {
     }));
     ctx.register_udaf(AggregateUDF::from(PercentileDisc {
         signature: Signature::any(2, imm),
+    }));
+    ctx.register_udaf(AggregateUDF::from(Mode {
+        signature: Signature::any(1, imm),
     }));
     if let Ok(var) = ctx.udaf("var_samp") {
         ctx.register_udaf(var.as_ref().clone().with_aliases(["variance"]));
