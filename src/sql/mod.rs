@@ -1219,11 +1219,29 @@ impl Session {
         else {
             return None;
         };
+        let not_kept = |step: &str, e: &dyn std::fmt::Display| {
+            tracing::debug!(step, error = %e, "a lifted plan is not kept");
+        };
         // The literals' own types: the planner typed `time >= $1` by the column.
-        let plan = infer_placeholders(plan, &declared, true).ok()?;
-        let optimized = state.optimize(&plan).ok()?;
-        let bound = bind_and_simplify(state, optimized.clone(), lifted.values.clone()).ok()?;
-        (bound == *expected).then_some(optimized)
+        let plan = infer_placeholders(plan, &declared, true)
+            .map_err(|e| not_kept("infer", &e))
+            .ok()?;
+        let optimized = state
+            .optimize(&plan)
+            .map_err(|e| not_kept("optimize", &e))
+            .ok()?;
+        let bound = bind_and_simplify(state, optimized.clone(), lifted.values.clone())
+            .map_err(|e| not_kept("bind", &e))
+            .ok()?;
+        if bound != *expected {
+            tracing::debug!(
+                bound = %bound.display_indent_schema(),
+                expected = %expected.display_indent_schema(),
+                "a lifted plan differs from its text's plan: kept for the exact text only"
+            );
+            return None;
+        }
+        Some(optimized)
     }
 
     /// Runs a prepared query through the plan cache: the optimized plan kept for the

@@ -656,15 +656,18 @@ impl ScalarUDFImpl for PgSleep {
 }
 
 /// `percentile_disc(f) WITHIN GROUP (ORDER BY x)`: the first value whose position in
-/// the order is at least `f` of the rows.
+/// the order is at least `f` of the rows; `mode() WITHIN GROUP (ORDER BY x)` (`mode`):
+/// the most frequent value, among equally frequent ones the first in the order, as
+/// PostgreSQL's `mode_final` picks it.
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct PercentileDisc {
+struct OrderedSet {
     signature: Signature,
+    mode: bool,
 }
 
-impl AggregateUDFImpl for PercentileDisc {
+impl AggregateUDFImpl for OrderedSet {
     fn name(&self) -> &str {
-        "percentile_disc"
+        if self.mode { "mode" } else { "percentile_disc" }
     }
     fn signature(&self) -> &Signature {
         &self.signature
@@ -681,25 +684,10 @@ impl AggregateUDFImpl for PercentileDisc {
         ))])
     }
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        let constant = args.exprs.get(1).and_then(|e| {
-            let batch =
-                arrow::array::RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty()));
-            match e.evaluate(&batch) {
-                Ok(ColumnarValue::Scalar(v)) => Some(v),
-                _ => None,
-            }
-        });
-        let fraction = match constant {
-            Some(v) => match v.cast_to(&DataType::Float64)? {
-                ScalarValue::Float64(Some(f)) if (0.0..=1.0).contains(&f) => f,
-                _ => {
-                    return Err(sql_error(
-                        "22003",
-                        "percentile value must be between 0 and 1",
-                    ));
-                }
-            },
-            None => return exec_err!("percentile_disc needs a constant fraction"),
+        let fraction = if self.mode {
+            None
+        } else {
+            Some(disc_fraction(&args)?)
         };
         let descending = args
             .order_bys
@@ -709,7 +697,7 @@ impl AggregateUDFImpl for PercentileDisc {
         Ok(Box::new(DiscAcc {
             values: vec![],
             data_type: args.expr_fields[0].data_type().clone(),
-            fraction: Some(fraction),
+            fraction,
             descending,
         }))
     }
@@ -718,48 +706,29 @@ impl AggregateUDFImpl for PercentileDisc {
     }
 }
 
-/// `mode() WITHIN GROUP (ORDER BY x)`: the most frequent value; among equally
-/// frequent ones the first in the order, as PostgreSQL's `mode_final` picks it.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Mode {
-    signature: Signature,
-}
-
-impl AggregateUDFImpl for Mode {
-    fn name(&self) -> &str {
-        "mode"
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        Ok(arg_types[0].clone())
-    }
-    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        PercentileDisc {
-            signature: self.signature.clone(),
+/// `percentile_disc`'s fraction: its constant argument, 0 to 1.
+fn disc_fraction(args: &AccumulatorArgs) -> Result<f64> {
+    let constant = args.exprs.get(1).and_then(|e| {
+        let batch =
+            arrow::array::RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty()));
+        match e.evaluate(&batch) {
+            Ok(ColumnarValue::Scalar(v)) => Some(v),
+            _ => None,
         }
-        .state_fields(args)
-    }
-    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        let descending = args
-            .order_bys
-            .first()
-            .map(|s| s.options.descending)
-            .unwrap_or(false);
-        Ok(Box::new(DiscAcc {
-            values: vec![],
-            data_type: args.expr_fields[0].data_type().clone(),
-            fraction: None,
-            descending,
-        }))
-    }
-    fn supports_within_group_clause(&self) -> bool {
-        true
+    });
+    match constant {
+        Some(v) => match v.cast_to(&DataType::Float64)? {
+            ScalarValue::Float64(Some(f)) if (0.0..=1.0).contains(&f) => Ok(f),
+            _ => Err(sql_error(
+                "22003",
+                "percentile value must be between 0 and 1",
+            )),
+        },
+        None => exec_err!("percentile_disc needs a constant fraction"),
     }
 }
 
-/// Keeps the values of [`PercentileDisc`] (a fraction) or [`Mode`] (none).
+/// Keeps the values of [`OrderedSet`]: a fraction for `percentile_disc`, none for `mode`.
 #[derive(Debug)]
 struct DiscAcc {
     values: Vec<ScalarValue>,
@@ -1050,11 +1019,13 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::from(PgSleep {
         signature: Signature::uniform(1, vec![DataType::Float64], Volatility::Volatile),
     }));
-    ctx.register_udaf(AggregateUDF::from(PercentileDisc {
+    ctx.register_udaf(AggregateUDF::from(OrderedSet {
         signature: Signature::any(2, imm),
+        mode: false,
     }));
-    ctx.register_udaf(AggregateUDF::from(Mode {
+    ctx.register_udaf(AggregateUDF::from(OrderedSet {
         signature: Signature::any(1, imm),
+        mode: true,
     }));
     if let Ok(var) = ctx.udaf("var_samp") {
         ctx.register_udaf(var.as_ref().clone().with_aliases(["variance"]));

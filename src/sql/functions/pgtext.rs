@@ -206,30 +206,26 @@ fn to_binary(f: &arrow::datatypes::Field, c: &ArrayRef) -> Option<ArrayRef> {
     // Every decimal: arrow-pg's own encoder goes through rust_decimal, which
     // fails past 28 digits.
     let trim = trims(f);
-    let out: arrow::array::BinaryArray = match c.data_type() {
+    let binary = |n: usize, s: &i8, value: &dyn Fn(usize) -> Option<(bool, String)>| {
+        let scale = (*s).max(0) as u32;
+        (0..n)
+            .map(|i| value(i).map(|(neg, digits)| numeric_binary(neg, &digits, scale, trim)))
+            .collect::<arrow::array::BinaryArray>()
+    };
+    let out = match c.data_type() {
         DataType::Decimal128(_, s) => {
-            let scale = (*s).max(0) as u32;
             let a = c.as_primitive::<arrow::datatypes::Decimal128Type>();
-            (0..a.len())
-                .map(|i| {
-                    a.is_valid(i).then(|| {
-                        let v = a.value(i);
-                        numeric_binary(v < 0, &v.unsigned_abs().to_string(), scale, trim)
-                    })
-                })
-                .collect()
+            binary(a.len(), s, &|i| {
+                a.is_valid(i)
+                    .then(|| (a.value(i) < 0, a.value(i).unsigned_abs().to_string()))
+            })
         }
         DataType::Decimal256(_, s) => {
-            let scale = (*s).max(0) as u32;
             let a = c.as_primitive::<arrow::datatypes::Decimal256Type>();
-            (0..a.len())
-                .map(|i| {
-                    a.is_valid(i).then(|| {
-                        let v = a.value(i);
-                        numeric_binary(v.is_negative(), &abs_digits(v), scale, trim)
-                    })
-                })
-                .collect()
+            binary(a.len(), s, &|i| {
+                a.is_valid(i)
+                    .then(|| (a.value(i).is_negative(), abs_digits(a.value(i))))
+            })
         }
         _ => return None,
     };
