@@ -220,17 +220,30 @@ fn rewrite(agg: &Aggregate) -> DfResult<Option<LogicalPlan>> {
         })
         .collect();
     let inner = source_as_provider(&scan.source)?;
+    // The source schema also holds the table's columns (after the parts), so that the
+    // filters' columns resolve: re-simplifying a plan kept with parameters unwraps
+    // `CAST(time AS ..) >= literal` as the first optimization of its text did. The
+    // scan projects the parts only.
+    let source_schema = Arc::new(Schema::new(
+        fields
+            .iter()
+            .cloned()
+            .chain(inner.schema().fields().iter().map(|f| f.as_ref().clone()))
+            .collect::<Vec<_>>(),
+    ));
     let provider = StatsProvider {
         inner,
         table_name: table.name.clone(),
         parts: parts.clone(),
         schema: Arc::new(Schema::new(fields.clone())),
+        source_schema,
     };
     let parts_scan = LogicalPlan::TableScan(
         TableScanBuilder::new(
             scan.table_name.clone(),
             provider_as_source(Arc::new(provider)),
         )
+        .with_projection(Some((0..fields.len()).collect()))
         .with_filters(scan.filters.clone())
         .build()?,
     );
@@ -287,13 +300,16 @@ struct StatsProvider {
     inner: Arc<dyn TableProvider>,
     table_name: String,
     parts: Vec<Part>,
+    /// The parts, which a scan produces.
     schema: SchemaRef,
+    /// The parts, then the table's columns (which the filters name; never scanned).
+    source_schema: SchemaRef,
 }
 
 #[async_trait]
 impl TableProvider for StatsProvider {
     fn schema(&self) -> SchemaRef {
-        self.schema.clone()
+        self.source_schema.clone()
     }
 
     fn table_type(&self) -> TableType {
@@ -380,10 +396,16 @@ impl TableProvider for StatsProvider {
             None => rest,
         };
         match projection {
-            Some(cols) if cols.len() != self.parts.len() => {
-                super::provider::select_columns(all, cols)
+            Some(cols) if cols.iter().all(|c| *c < self.parts.len()) => {
+                if cols.len() == self.parts.len() && cols.iter().enumerate().all(|(i, c)| i == *c) {
+                    Ok(all)
+                } else {
+                    super::provider::select_columns(all, cols)
+                }
             }
-            _ => Ok(all),
+            _ => Err(datafusion::error::DataFusionError::Internal(
+                "a statistics-parts scan projects its parts only".into(),
+            )),
         }
     }
 }

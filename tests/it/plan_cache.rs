@@ -61,7 +61,7 @@ async fn now_is_evaluated_on_every_run() {
 }
 
 /// A counter of `/metrics`.
-async fn counter(srv: &TestServer, name: &str) -> u64 {
+pub(crate) async fn counter(srv: &TestServer, name: &str) -> u64 {
     let body = reqwest::get(srv.http_url("/metrics"))
         .await
         .expect("GET /metrics")

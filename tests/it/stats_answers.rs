@@ -176,6 +176,7 @@ async fn aggregates_from_statistics_equal_the_scan_and_postgresql() {
         .prepare("SELECT count(*), min(n), max(n) FROM m WHERE time >= $1 AND time < $2")
         .await
         .expect("prepare");
+    let hits_before = crate::plan_cache::counter(&srv, "sundial_sql_plan_hits_bound_total").await;
     for (from, to) in [(1, 3), (2, 6), (1, 9), (3, 4), (5, 7)] {
         let q = format!(
             "SELECT count(*), min(n), max(n) FROM m WHERE time >= '2024-01-0{from}' AND time < '2024-01-0{to} 06:00:00+00'"
@@ -214,6 +215,13 @@ async fn aggregates_from_statistics_equal_the_scan_and_postgresql() {
             .collect();
         assert_eq!(mine, theirs, "prepared, {a} .. {b}");
     }
+    // The shape's plan (with the statistics path) was kept with parameters: the
+    // texts after the first bound their windows into it.
+    let hits = crate::plan_cache::counter(&srv, "sundial_sql_plan_hits_bound_total").await;
+    assert!(
+        hits >= hits_before + 4,
+        "bound hits {hits_before} -> {hits}: the statistics-path shape was not kept"
+    );
 
     // Another time zone: a literal without an offset is another instant.
     let q =
