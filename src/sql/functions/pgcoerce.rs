@@ -98,55 +98,23 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 datafusion::logical_expr::expr::ScalarFunction::new_udf(udf, vec![*left, *right]),
             ))
         }
-        // avg of a numeric without typmod: the exact sum over the count with
-        // PostgreSQL's division scale (DataFusion adds four fraction digits past 38).
+        // avg of integers and of numeric without typmod: the exact sum over the count
+        // with PostgreSQL's division scale (DataFusion's is float8 for integers and
+        // adds four fraction digits past 38 for the numeric).
         Expr::AggregateFunction(mut a)
-            if a.func.name() == "avg"
-                && a.params.args.len() == 1
-                && !a.params.distinct
-                && type_of(&a.params.args[0], schema)
-                    .is_some_and(|t| crate::catalog::is_any_numeric(&t)) =>
+            if pg_avg(a.func.name(), &a.params.args, a.params.distinct, schema).is_some() =>
         {
-            a.func = Arc::new(datafusion::logical_expr::AggregateUDF::from(
-                super::numeric::NumericAvg::default(),
-            ));
+            if let Some(f) = pg_avg(a.func.name(), &a.params.args, a.params.distinct, schema) {
+                a.func = f;
+            }
             Transformed::yes(Expr::AggregateFunction(a))
         }
         Expr::WindowFunction(mut w)
-            if w.fun.name() == "avg"
-                && w.params.args.len() == 1
-                && !w.params.distinct
-                && type_of(&w.params.args[0], schema)
-                    .is_some_and(|t| crate::catalog::is_any_numeric(&t)) =>
+            if pg_avg(w.fun.name(), &w.params.args, w.params.distinct, schema).is_some() =>
         {
-            w.fun = WindowFunctionDefinition::AggregateUDF(Arc::new(
-                datafusion::logical_expr::AggregateUDF::from(super::numeric::NumericAvg::default()),
-            ));
-            Transformed::yes(Expr::WindowFunction(w))
-        }
-        // avg of integers is numeric in PostgreSQL: the exact sum over the count.
-        Expr::AggregateFunction(mut a)
-            if a.func.name() == "avg"
-                && a.params.args.len() == 1
-                && !a.params.distinct
-                && type_of(&a.params.args[0], schema).is_some_and(|t| t.is_integer()) =>
-        {
-            let arg = type_of(&a.params.args[0], schema).unwrap_or(DataType::Int64);
-            a.func = Arc::new(datafusion::logical_expr::AggregateUDF::from(
-                super::pgfuncs::IntAvg::of(&arg),
-            ));
-            Transformed::yes(Expr::AggregateFunction(a))
-        }
-        Expr::WindowFunction(mut w)
-            if w.fun.name() == "avg"
-                && w.params.args.len() == 1
-                && !w.params.distinct
-                && type_of(&w.params.args[0], schema).is_some_and(|t| t.is_integer()) =>
-        {
-            let arg = type_of(&w.params.args[0], schema).unwrap_or(DataType::Int64);
-            w.fun = WindowFunctionDefinition::AggregateUDF(Arc::new(
-                datafusion::logical_expr::AggregateUDF::from(super::pgfuncs::IntAvg::of(&arg)),
-            ));
+            if let Some(f) = pg_avg(w.fun.name(), &w.params.args, w.params.distinct, schema) {
+                w.fun = WindowFunctionDefinition::AggregateUDF(f);
+            }
             Transformed::yes(Expr::WindowFunction(w))
         }
         // sum(int8) is numeric in PostgreSQL (it cannot overflow).
@@ -385,6 +353,31 @@ fn values_int4(mut v: datafusion::logical_expr::Values) -> Result<LogicalPlan> {
     let schema = DFSchema::new_with_metadata(fields, v.schema.as_ref().metadata().clone())?;
     v.schema = Arc::new(schema);
     Ok(LogicalPlan::Values(v))
+}
+
+/// PostgreSQL's `avg` of one argument where DataFusion's differs: integers and
+/// numeric without typmod.
+fn pg_avg(
+    name: &str,
+    args: &[Expr],
+    distinct: bool,
+    schema: &DFSchema,
+) -> Option<Arc<datafusion::logical_expr::AggregateUDF>> {
+    let [arg] = args else {
+        return None;
+    };
+    if name != "avg" || distinct {
+        return None;
+    }
+    let t = type_of(arg, schema)?;
+    let f = if t.is_integer() {
+        datafusion::logical_expr::AggregateUDF::from(super::pgfuncs::IntAvg::of(&t))
+    } else if crate::catalog::is_any_numeric(&t) {
+        datafusion::logical_expr::AggregateUDF::from(super::numeric::NumericAvg::default())
+    } else {
+        return None;
+    };
+    Some(Arc::new(f))
 }
 
 /// `l / r` where one side is numeric and the other numeric or an integer.
