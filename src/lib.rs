@@ -10,6 +10,7 @@ pub mod interval;
 pub mod lineproto;
 pub mod loadgen;
 pub mod metrics;
+pub mod numeric_text;
 pub mod query;
 pub mod server;
 pub mod sql;

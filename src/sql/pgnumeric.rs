@@ -2,8 +2,6 @@
 //! decimal text, and decimal text as a mantissa at a fixed scale, exactly, with
 //! 22003 when it does not fit. Used for bound parameters and binary COPY.
 
-use arrow::datatypes::i256;
-
 use crate::error::{Error, Result};
 
 /// PostgreSQL's binary `numeric` (ndigits, weight, sign, dscale, base-10000
@@ -72,69 +70,7 @@ pub fn binary_text(b: &[u8]) -> Result<String> {
     })
 }
 
-/// Decimal text (`-12.345`, `1e-3`, ` 7 `) as a mantissa with `scale` fractional
-/// digits and at most `precision` (up to 76) digits in all, rounded half away from
-/// zero past `scale`.
-pub fn scaled(text: &str, precision: u8, scale: i8) -> Result<i256> {
-    let invalid = || {
-        Error::sql(
-            "22P02",
-            format!("invalid input syntax for type numeric: \"{text}\""),
-        )
-    };
-    let overflow = || {
-        Error::sql(
-            "22003",
-            format!("numeric field overflow: {text} does not fit numeric({precision}, {scale})"),
-        )
-    };
-    let t = text.trim();
-    if t.eq_ignore_ascii_case("nan") {
-        return Err(Error::sql("22003", "numeric NaN does not fit a decimal"));
-    }
-    let (neg, t) = match t.as_bytes().first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
-    };
-    let (body, exp) = match t.find(['e', 'E']) {
-        Some(k) => (&t[..k], t[k + 1..].parse::<i32>().map_err(|_| invalid())?),
-        None => (t, 0),
-    };
-    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
-    if (int.is_empty() && frac.is_empty())
-        || !int.bytes().chain(frac.bytes()).all(|c| c.is_ascii_digit())
-    {
-        return Err(invalid());
-    }
-    // All digits, and where the decimal point falls among them.
-    let digits: Vec<u8> = int.bytes().chain(frac.bytes()).map(|c| c - b'0').collect();
-    let point = int.len() as i64 + i64::from(exp);
-    // Digits kept: those left of point + scale; the next one rounds.
-    let keep = point + i64::from(scale);
-    let ten = i256::from_i128(10);
-    let mut m = i256::ZERO;
-    let mut push = |d: u8| -> Result<()> {
-        m = m
-            .checked_mul(ten)
-            .and_then(|m| m.checked_add(i256::from_i128(i128::from(d))))
-            .ok_or_else(overflow)?;
-        Ok(())
-    };
-    for k in 0..keep.max(0) {
-        push(digits.get(k as usize).copied().unwrap_or(0))?;
-    }
-    if keep >= 0 && digits.get(keep as usize).is_some_and(|&d| d >= 5) {
-        m = m.checked_add(i256::ONE).ok_or_else(overflow)?;
-    }
-    let limit = ten
-        .checked_pow(u32::from(precision.min(76)))
-        .ok_or_else(overflow)?;
-    if m >= limit {
-        return Err(overflow());
-    }
-    Ok(if neg { m.wrapping_neg() } else { m })
-}
+pub use crate::numeric_text::scaled;
 
 /// [`scaled`] for a 128-bit decimal (`precision` at most 38).
 pub fn scaled128(text: &str, precision: u8, scale: i8) -> Result<i128> {
@@ -153,6 +89,7 @@ pub fn scaled128(text: &str, precision: u8, scale: i8) -> Result<i128> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::datatypes::i256;
 
     #[test]
     fn text_is_scaled_exactly_and_rounded_half_away_from_zero() {

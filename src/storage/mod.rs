@@ -19,7 +19,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use crate::catalog::{ColumnStats, FileMeta, SqlType, TableDef};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 pub mod dedup;
 pub mod derived_rows;
@@ -337,33 +337,16 @@ pub fn stats_array(values: &[Option<&str>], dt: &DataType) -> Option<ArrayRef> {
     cast(&strings, dt).ok()
 }
 
-/// Floats into a decimal column as PostgreSQL assigns them (`float8_numeric`): the
-/// float rounded to 15 significant digits (float4: 6), not the binary fraction's
-/// digits (a line-protocol `0.1` into a `numeric` column is `0.1`).
-fn float_to_decimal(c: &ArrayRef, dt: &DataType) -> Result<ArrayRef> {
-    let digits = if *c.data_type() == DataType::Float32 {
-        5
-    } else {
-        14
-    };
-    let c = cast(c, &DataType::Float64)?;
-    let Some(a) = c.as_any().downcast_ref::<arrow::array::Float64Array>() else {
-        return Ok(cast(&c, dt)?);
-    };
-    let text: StringArray = a
-        .iter()
-        .map(|v| {
-            v.map(|v| {
-                let rounded: f64 = format!("{v:.digits$e}").parse().unwrap_or(v);
-                format!("{rounded}")
-            })
-        })
-        .collect();
-    let opts = arrow::compute::CastOptions {
-        safe: false,
-        ..Default::default()
-    };
-    Ok(arrow::compute::cast_with_options(&text, dt, &opts)?)
+/// `c` as a column of type `dt`: Arrow's cast, except that floats become decimals
+/// as PostgreSQL converts them (through their significant digits: a line-protocol
+/// `0.1` into a `numeric` column is `0.1`).
+pub fn cast_column(c: &ArrayRef, dt: &DataType) -> Result<ArrayRef> {
+    if matches!(c.data_type(), DataType::Float32 | DataType::Float64)
+        && matches!(dt, DataType::Decimal128(..) | DataType::Decimal256(..))
+    {
+        return crate::numeric_text::float_to_decimal(c, dt);
+    }
+    Ok(cast(c, dt)?)
 }
 
 /// Adapts a batch written under an older schema (fewer columns, other types) to
@@ -380,15 +363,8 @@ pub fn adapt_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatc
                 let c = batch.column(i);
                 if c.data_type() == f.data_type() {
                     Ok(c.clone())
-                } else if matches!(c.data_type(), DataType::Float32 | DataType::Float64)
-                    && matches!(
-                        f.data_type(),
-                        DataType::Decimal128(..) | DataType::Decimal256(..)
-                    )
-                {
-                    float_to_decimal(c, f.data_type())
                 } else {
-                    cast(c, f.data_type()).map_err(Error::from)
+                    cast_column(c, f.data_type())
                 }
             }
             Err(_) => Ok(arrow::array::new_null_array(

@@ -429,7 +429,7 @@ pub fn validate(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
             Err(_) => arrow::array::new_null_array(f.data_type(), batch.num_rows()),
         };
         let col = if col.data_type() != f.data_type() {
-            cast(&col, f.data_type())?
+            storage::cast_column(&col, f.data_type())?
         } else {
             col
         };

@@ -1404,3 +1404,36 @@ async fn values_round_trip_exactly() {
         ]]
     );
 }
+
+/// Line-protocol floats written into a SQL table's `numeric` column keep the
+/// float's significant digits, as PostgreSQL's float8 → numeric does (`0.1`, not the
+/// binary fraction's 38 digits).
+#[tokio::test]
+async fn floats_into_a_numeric_column_keep_their_significant_digits() {
+    let server = TestServer::start();
+    let client = server.connect("sundial").await;
+    client
+        .batch_execute(
+            "CREATE TABLE lpn (time timestamptz NOT NULL, host text, v numeric, p numeric(10,2)) \
+             WITH (tsdb.hypertable, tsdb.partition_column='time')",
+        )
+        .await
+        .expect("create");
+    write_ok(
+        &server.http_url("/write?db=sundial"),
+        "lpn,host=a v=0.1,p=2.345 1700000000000000000\nlpn,host=b v=123456.789,p=-1.005 1700000001000000000\n",
+    )
+    .await;
+    let rows = crate::harness::text_rows(&client, "SELECT host, v, p FROM lpn ORDER BY time").await;
+    assert_eq!(
+        rows,
+        vec![
+            vec![Some("a".into()), Some("0.1".into()), Some("2.35".into())],
+            vec![
+                Some("b".into()),
+                Some("123456.789".into()),
+                Some("-1.01".into())
+            ],
+        ]
+    );
+}

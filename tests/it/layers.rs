@@ -12,6 +12,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
     ("metrics", 0),
     ("interval", 0),
+    ("numeric_text", 0),
     ("catalog", 1),
     ("wal", 2),
     ("storage", 2),

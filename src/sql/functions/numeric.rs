@@ -611,41 +611,9 @@ impl ScalarUDFImpl for FloatNumeric {
         let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
         let a = args.args[0].to_array(args.number_rows)?;
         let t = args.return_field.data_type().clone();
-        let (precision, scale) = match t {
-            DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => (p, s),
-            _ => return exec_err!("pg_float_numeric returns a decimal"),
-        };
-        let text = |v: f64, digits: usize| -> Result<String> {
-            if !v.is_finite() {
-                return Err(sql_error(
-                    "22003",
-                    &format!("cannot convert {v} to numeric: NaN and infinity are not stored"),
-                ));
-            }
-            Ok(format!("{v:.digits$e}"))
-        };
-        let mut values = Vec::with_capacity(a.len());
-        for i in 0..a.len() {
-            if a.is_null(i) {
-                values.push(None);
-                continue;
-            }
-            let s = match a.data_type() {
-                DataType::Float64 => text(
-                    a.as_primitive::<arrow::datatypes::Float64Type>().value(i),
-                    14,
-                )?,
-                DataType::Float32 => text(
-                    f64::from(a.as_primitive::<arrow::datatypes::Float32Type>().value(i)),
-                    5,
-                )?,
-                other => return exec_err!("pg_float_numeric of {other}"),
-            };
-            let m = crate::sql::pgnumeric::scaled(&s, precision, scale)
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
-            values.push(Some(m));
-        }
-        super::columnar(decimal_array(values, &t)?, scalar)
+        let out = crate::numeric_text::float_to_decimal(&a, &t)
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        super::columnar(out, scalar)
     }
 }
 
