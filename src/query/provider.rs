@@ -16,7 +16,9 @@ use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::datasource::TableProvider;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
+use datafusion::datasource::physical_plan::parquet::{
+    CachedParquetFileReaderFactory, ParquetFileReaderFactory,
+};
 use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::source::DataSourceExec;
@@ -28,9 +30,14 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
-use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 
 use crate::catalog::{FileMeta, TableDef};
 use crate::engine::Engine;
@@ -154,10 +161,10 @@ impl HypertableProvider {
             source = source.with_predicate(p.clone());
         }
         let runtime = state.runtime_env();
-        let reader = CachedParquetFileReaderFactory::new(
+        let reader = IndexedReaderFactory(CachedParquetFileReaderFactory::new(
             runtime.object_store(self.engine.store_url())?,
             runtime.cache_manager.get_file_metadata_cache(),
-        );
+        ));
         // The page index only serves the predicate.
         let source = source
             .with_enable_page_index(physical.is_some())
@@ -241,6 +248,62 @@ impl HypertableProvider {
             None => Ok(both),
             Some(cols) => select_columns(both, cols),
         }
+    }
+}
+
+/// Reads chunk files through the runtime's metadata cache, asking for the page index
+/// with every footer: DataFusion's opener asks for the footer alone, the cache then
+/// keeps footers without indexes, and every pruned scan read and parsed the page
+/// index again past the cache.
+#[derive(Debug)]
+struct IndexedReaderFactory(CachedParquetFileReaderFactory);
+
+impl ParquetFileReaderFactory for IndexedReaderFactory {
+    fn create_reader(
+        &self,
+        partition_index: usize,
+        partitioned_file: PartitionedFile,
+        metadata_size_hint: Option<usize>,
+        metrics: &ExecutionPlanMetricsSet,
+    ) -> DfResult<Box<dyn AsyncFileReader + Send>> {
+        let inner = self.0.create_reader(
+            partition_index,
+            partitioned_file,
+            metadata_size_hint,
+            metrics,
+        )?;
+        Ok(Box::new(IndexedReader(inner)))
+    }
+}
+
+/// A file reader whose footers come with their page index (see
+/// [`IndexedReaderFactory`]).
+struct IndexedReader(Box<dyn AsyncFileReader + Send>);
+
+impl AsyncFileReader for IndexedReader {
+    fn get_bytes(
+        &mut self,
+        range: std::ops::Range<u64>,
+    ) -> BoxFuture<'_, parquet::errors::Result<bytes::Bytes>> {
+        self.0.get_bytes(range)
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<std::ops::Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<bytes::Bytes>>> {
+        self.0.get_byte_ranges(ranges)
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        let options = options
+            .cloned()
+            .unwrap_or_default()
+            .with_page_index_policy(PageIndexPolicy::Optional);
+        async move { self.0.get_metadata(Some(&options)).await }.boxed()
     }
 }
 
