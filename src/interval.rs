@@ -99,26 +99,61 @@ pub fn parse_interval_micros(s: &str) -> Result<i64, String> {
     parse_interval(s).map(|i| i.approx_micros())
 }
 
-/// PostgreSQL accepts timestamps without seconds (`2024-01-01 10:00+02`); Arrow
-/// wants them. Inserts `:00` seconds into such timestamp text in place.
+/// PostgreSQL accepts timestamps without seconds (`2024-01-01 10:00+02`) and with
+/// one-digit fields (`2016-1-1 6:00`); Arrow wants two digits and seconds. Rewrites
+/// such timestamp text in place to `YYYY-MM-DD HH:MM:SS` followed by the rest
+/// (fraction, offset); other text is left alone.
 pub fn complete_seconds(s: &mut String) {
-    let b = s.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-    if b.len() >= 16
-        && digits(0..4)
-        && b[4] == b'-'
-        && digits(5..7)
-        && b[7] == b'-'
-        && digits(8..10)
-        && matches!(b[10], b' ' | b'T')
-        && digits(11..13)
-        && b[13] == b':'
-        && digits(14..16)
-        && b.get(16) != Some(&b':')
-        && !b.get(16).is_some_and(u8::is_ascii_digit)
-    {
-        s.insert_str(16, ":00");
+    /// The next run of 1..=max ASCII digits at `*i`, advancing past it.
+    fn num(b: &[u8], i: &mut usize, max: usize) -> Option<u32> {
+        let start = *i;
+        while *i < b.len() && *i - start < max && b[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        if *i == start || b.get(*i).is_some_and(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(&b[start..*i]).ok()?.parse().ok()
     }
+    let b = s.as_bytes();
+    let mut i = 0;
+    let Some(y) = num(b, &mut i, 4).filter(|_| i == 4) else {
+        return;
+    };
+    let sep = |i: &mut usize, c: u8| {
+        let ok = b.get(*i) == Some(&c);
+        *i += usize::from(ok);
+        ok
+    };
+    let Some(mo) = sep(&mut i, b'-').then(|| num(b, &mut i, 2)).flatten() else {
+        return;
+    };
+    let Some(d) = sep(&mut i, b'-').then(|| num(b, &mut i, 2)).flatten() else {
+        return;
+    };
+    let mut out = format!("{y:04}-{mo:02}-{d:02}");
+    if let Some(&t @ (b' ' | b'T')) = b.get(i) {
+        let mut j = i + 1;
+        let Some(h) = num(b, &mut j, 2) else {
+            return;
+        };
+        let Some(mi) = sep(&mut j, b':').then(|| num(b, &mut j, 2)).flatten() else {
+            return;
+        };
+        let mut sec = 0;
+        let mut k = j;
+        if sep(&mut k, b':') {
+            let Some(v) = num(b, &mut k, 2) else {
+                return;
+            };
+            sec = v;
+            j = k;
+        }
+        out.push_str(&format!("{}{h:02}:{mi:02}:{sec:02}", t as char));
+        i = j;
+    }
+    out.push_str(&s[i..]);
+    *s = out;
 }
 
 #[cfg(test)]
@@ -135,6 +170,15 @@ mod tests {
             ("2024-01-01", "2024-01-01"),
             ("1 day", "1 day"),
             ("2024-01-01 10:00:00", "2024-01-01 10:00:00"),
+            ("2016-01-01 6:00:00+00", "2016-01-01 06:00:00+00"),
+            ("2016-1-2 6:5", "2016-01-02 06:05:00"),
+            (
+                "2016-01-01 6:00:00.25 America/New_York",
+                "2016-01-01 06:00:00.25 America/New_York",
+            ),
+            ("2016-01-01 6", "2016-01-01 6"),
+            ("12016-01-01", "12016-01-01"),
+            ("2016-01-01 10:00:00:00", "2016-01-01 10:00:00:00"),
         ] {
             let mut s = input.to_string();
             complete_seconds(&mut s);

@@ -5,6 +5,7 @@
 pub mod format;
 pub mod histogram;
 pub mod numeric;
+pub mod ordered_set;
 pub mod pgcast;
 pub mod pgcoerce;
 pub mod pgfuncs;
@@ -28,6 +29,11 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 use parking_lot::RwLock;
+
+/// A PostgreSQL error with SQLSTATE `code`, as DataFusion carries it.
+pub(crate) fn sql_error(code: &'static str, msg: &str) -> datafusion::error::DataFusionError {
+    datafusion::error::DataFusionError::External(Box::new(crate::error::Error::sql(code, msg)))
+}
 
 /// The `version()` string: PostgreSQL's shape first, so drivers accept it.
 pub fn version_string() -> String {

@@ -24,9 +24,7 @@ use crate::catalog::{ANY_NUMERIC, ANY_NUMERIC_PRECISION, ANY_NUMERIC_SCALE, is_a
 /// remain).
 const DIV_SCALE: i8 = 20;
 
-fn sql_error(code: &'static str, msg: &str) -> DataFusionError {
-    DataFusionError::External(Box::new(crate::error::Error::sql(code, msg)))
-}
+use super::sql_error;
 
 fn overflow(what: &str) -> DataFusionError {
     sql_error("22003", &format!("numeric field overflow: {what}"))

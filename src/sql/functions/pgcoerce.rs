@@ -1,7 +1,8 @@
 //! PostgreSQL's operand types where `numeric` meets a float: PostgreSQL has no
 //! numeric-with-float8 operators, so the numeric side is cast to float8
 //! (`float8_col > 633.5`, `val * 1.5`, `val BETWEEN 0.5 AND 1.5`, `val IN (1.5, 2)`),
-//! and CASE branches, `coalesce`, `greatest`, `least`, `nullif` unify to float8.
+//! and CASE branches, `coalesce`, `greatest`, `least`, `nullif` and `ARRAY[...]`
+//! elements unify to float8.
 //! DataFusion would instead cast the float to a decimal, which loses digits past
 //! its scale and fails on large values. This rule runs before DataFusion's own
 //! type coercion.
@@ -243,7 +244,10 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         }
         // Functions whose arguments unify to one type, as CASE branches do.
         Expr::ScalarFunction(mut f)
-            if matches!(f.func.name(), "coalesce" | "greatest" | "least" | "nullif") =>
+            if matches!(
+                f.func.name(),
+                "coalesce" | "greatest" | "least" | "nullif" | "make_array"
+            ) =>
         {
             let types: Vec<Option<DataType>> = f.args.iter().map(|e| type_of(e, schema)).collect();
             if mixes(&types) {

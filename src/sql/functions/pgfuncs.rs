@@ -1,12 +1,12 @@
 //! PostgreSQL functions DataFusion lacks, with PostgreSQL's results: `age`,
 //! `make_interval`, interval times or divided by a number (`interval_mul` /
 //! `interval_div`, planned for `*` and `/`), `pg_typeof`, `pg_sleep`,
-//! `percentile_disc`, `mode`, `variance` (= `var_samp`) and `justify_days` / `justify_hours` /
+//! `variance` (= `var_samp`) and `justify_days` / `justify_hours` /
 //! `justify_interval`. Numeric arithmetic is in [`super::numeric`].
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, IntervalMonthDayNanoArray, ListArray};
+use arrow::array::{Array, ArrayRef, AsArray, IntervalMonthDayNanoArray};
 use arrow::datatypes::{
     DataType, Field, FieldRef, IntervalMonthDayNano, IntervalUnit, TimeUnit, i256,
 };
@@ -16,8 +16,8 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::FunctionRegistry;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, EmitTo, GroupsAccumulator,
-    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility,
+    Accumulator, AggregateUDFImpl, ColumnarValue, EmitTo, GroupsAccumulator, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility,
 };
 use datafusion::prelude::SessionContext;
 
@@ -25,9 +25,7 @@ fn interval_type() -> DataType {
     DataType::Interval(IntervalUnit::MonthDayNano)
 }
 
-fn sql_error(code: &'static str, msg: &str) -> DataFusionError {
-    DataFusionError::External(Box::new(crate::error::Error::sql(code, msg)))
-}
+use super::sql_error;
 
 fn out_of_range() -> DataFusionError {
     sql_error("22008", "interval out of range")
@@ -317,8 +315,19 @@ impl ScalarUDFImpl for Age {
     }
 }
 
-/// PostgreSQL's name of an Arrow type, as `pg_typeof` prints it.
-pub fn pg_type_name(t: &DataType) -> &'static str {
+/// PostgreSQL's name of an Arrow type, as `pg_typeof` prints it (`integer[]` for a
+/// list of int4).
+pub fn pg_type_name(t: &DataType) -> std::borrow::Cow<'static, str> {
+    match t {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            format!("{}[]", pg_type_name(f.data_type())).into()
+        }
+        t => scalar_type_name(t).into(),
+    }
+}
+
+/// PostgreSQL's name of a non-array Arrow type.
+fn scalar_type_name(t: &DataType) -> &'static str {
     match t {
         DataType::Boolean => "boolean",
         DataType::Int16 | DataType::Int8 => "smallint",
@@ -356,7 +365,9 @@ impl ScalarUDFImpl for PgTypeof {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let name = pg_type_name(args.arg_fields[0].data_type());
-        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name.into()))))
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+            name.into_owned(),
+        ))))
     }
 }
 
@@ -655,146 +666,6 @@ impl ScalarUDFImpl for PgSleep {
     }
 }
 
-/// `percentile_disc(f) WITHIN GROUP (ORDER BY x)`: the first value whose position in
-/// the order is at least `f` of the rows; `mode() WITHIN GROUP (ORDER BY x)` (`mode`):
-/// the most frequent value, among equally frequent ones the first in the order, as
-/// PostgreSQL's `mode_final` picks it.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct OrderedSet {
-    signature: Signature,
-    mode: bool,
-}
-
-impl AggregateUDFImpl for OrderedSet {
-    fn name(&self) -> &str {
-        if self.mode { "mode" } else { "percentile_disc" }
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        Ok(arg_types[0].clone())
-    }
-    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        let item = Field::new_list_field(args.input_fields[0].data_type().clone(), true);
-        Ok(vec![Arc::new(Field::new(
-            format!("{}[values]", args.name),
-            DataType::List(Arc::new(item)),
-            true,
-        ))])
-    }
-    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        let fraction = if self.mode {
-            None
-        } else {
-            Some(disc_fraction(&args)?)
-        };
-        let descending = args
-            .order_bys
-            .first()
-            .map(|s| s.options.descending)
-            .unwrap_or(false);
-        Ok(Box::new(DiscAcc {
-            values: vec![],
-            data_type: args.expr_fields[0].data_type().clone(),
-            fraction,
-            descending,
-        }))
-    }
-    fn supports_within_group_clause(&self) -> bool {
-        true
-    }
-}
-
-/// `percentile_disc`'s fraction: its constant argument, 0 to 1.
-fn disc_fraction(args: &AccumulatorArgs) -> Result<f64> {
-    let constant = args.exprs.get(1).and_then(|e| {
-        let batch =
-            arrow::array::RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty()));
-        match e.evaluate(&batch) {
-            Ok(ColumnarValue::Scalar(v)) => Some(v),
-            _ => None,
-        }
-    });
-    match constant {
-        Some(v) => match v.cast_to(&DataType::Float64)? {
-            ScalarValue::Float64(Some(f)) if (0.0..=1.0).contains(&f) => Ok(f),
-            _ => Err(sql_error(
-                "22003",
-                "percentile value must be between 0 and 1",
-            )),
-        },
-        None => exec_err!("percentile_disc needs a constant fraction"),
-    }
-}
-
-/// Keeps the values of [`OrderedSet`]: a fraction for `percentile_disc`, none for `mode`.
-#[derive(Debug)]
-struct DiscAcc {
-    values: Vec<ScalarValue>,
-    data_type: DataType,
-    fraction: Option<f64>,
-    descending: bool,
-}
-
-impl Accumulator for DiscAcc {
-    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        let a = &values[0];
-        for i in 0..a.len() {
-            if a.is_valid(i) {
-                self.values.push(ScalarValue::try_from_array(a, i)?);
-            }
-        }
-        Ok(())
-    }
-    fn evaluate(&mut self) -> Result<ScalarValue> {
-        if self.values.is_empty() {
-            return ScalarValue::try_from(&self.data_type);
-        }
-        let mut v = self.values.clone();
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-        if self.descending {
-            v.reverse();
-        }
-        let Some(fraction) = self.fraction else {
-            // The first of the longest runs of equal values.
-            let (mut best, mut best_len, mut run) = (0, 0, 0);
-            for i in 0..v.len() {
-                run = if i > 0 && v[i] == v[i - 1] {
-                    run + 1
-                } else {
-                    1
-                };
-                if run > best_len {
-                    (best, best_len) = (i + 1 - run, run);
-                }
-            }
-            return Ok(v[best].clone());
-        };
-        let n = v.len();
-        let idx = ((fraction * n as f64).ceil() as usize).clamp(1, n) - 1;
-        Ok(v[idx].clone())
-    }
-    fn size(&self) -> usize {
-        std::mem::size_of_val(self) + self.values.iter().map(|v| v.size()).sum::<usize>()
-    }
-    fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![ScalarValue::List(ScalarValue::new_list_nullable(
-            &self.values,
-            &self.data_type,
-        ))])
-    }
-    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        let lists: &ListArray = states[0].as_list::<i32>();
-        for i in 0..lists.len() {
-            if lists.is_valid(i) {
-                self.update_batch(&[lists.value(i)])?;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Registers the functions of this module in `ctx`.
 /// `width_bucket(x, low, high, n)`: which of `n` equal buckets over [low, high)
 /// holds `x`; 0 below, `n + 1` at or above `high` (PostgreSQL's; 2201G for a bad n
@@ -1019,14 +890,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::from(PgSleep {
         signature: Signature::uniform(1, vec![DataType::Float64], Volatility::Volatile),
     }));
-    ctx.register_udaf(AggregateUDF::from(OrderedSet {
-        signature: Signature::any(2, imm),
-        mode: false,
-    }));
-    ctx.register_udaf(AggregateUDF::from(OrderedSet {
-        signature: Signature::any(1, imm),
-        mode: true,
-    }));
+    super::ordered_set::register(ctx);
     if let Ok(var) = ctx.udaf("var_samp") {
         ctx.register_udaf(var.as_ref().clone().with_aliases(["variance"]));
     }

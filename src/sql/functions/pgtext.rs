@@ -245,7 +245,10 @@ pub fn pg_text_batch(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
             .map(|fi| fi.format() == FieldFormat::Text)
             .unwrap_or(false);
         let converted = if text {
-            to_text(f, c)?.map(|a| (a, DataType::Utf8))
+            to_text(f, c)?.map(|a| {
+                let t = a.data_type().clone();
+                (a, t)
+            })
         } else if fields.get(i).is_some() {
             to_binary(f, c).map(|a| (a, DataType::Binary))
         } else {
@@ -280,6 +283,9 @@ fn own_scale(f: &arrow::datatypes::Field) -> bool {
     f.metadata().contains_key(OWN_SCALE)
 }
 
+/// Column `c` as PostgreSQL prints it, where arrow-pg's text would differ (numerics,
+/// floats, timestamps, intervals, and arrays of them: a list of element texts);
+/// None where arrow-pg's own text is PostgreSQL's.
 fn to_text(f: &arrow::datatypes::Field, c: &ArrayRef) -> Result<Option<ArrayRef>> {
     let out: Vec<Option<String>> = match c.data_type() {
         // Decimals are printed here: arrow-pg's encoder goes through rust_decimal,
@@ -363,6 +369,21 @@ fn to_text(f: &arrow::datatypes::Field, c: &ArrayRef) -> Result<Option<ArrayRef>
                     })
                 })
                 .collect()
+        }
+        // Arrays: their elements as PostgreSQL prints them, quoted by pgwire's
+        // array encoder where PostgreSQL's `array_out` quotes them.
+        DataType::List(item) => {
+            let l = c.as_list::<i32>();
+            let Some(texts) = to_text(item, l.values())? else {
+                return Ok(None);
+            };
+            let field = Arc::new(item.as_ref().clone().with_data_type(DataType::Utf8));
+            return Ok(Some(Arc::new(arrow::array::ListArray::try_new(
+                field,
+                l.offsets().clone(),
+                texts,
+                l.nulls().cloned(),
+            )?)));
         }
         _ => return Ok(None),
     };
