@@ -116,6 +116,23 @@ pub fn complete_seconds(s: &mut String) {
         std::str::from_utf8(&b[start..*i]).ok()?.parse().ok()
     }
     let b = s.as_bytes();
+    // Already whole (the common case, e.g. every COPY value): nothing to rewrite.
+    let at = |i: usize, c: u8| b.get(i) == Some(&c);
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let date = digits(0..4) && at(4, b'-') && digits(5..7) && at(7, b'-') && digits(8..10);
+    let whole = date
+        && (b.len() == 10
+            || matches!(b.get(10), Some(b' ' | b'T'))
+                && digits(11..13)
+                && at(13, b':')
+                && digits(14..16)
+                && at(16, b':')
+                && digits(17..19)
+                && !b.get(19).is_some_and(u8::is_ascii_digit));
+    if whole {
+        return;
+    }
     let mut i = 0;
     let Some(y) = num(b, &mut i, 4).filter(|_| i == 4) else {
         return;
