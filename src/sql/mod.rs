@@ -225,6 +225,7 @@ impl VisitorMut for Normalize {
 
     fn post_visit_select(&mut self, sel: &mut ast::Select) -> ControlFlow<()> {
         names::mark_duplicates(sel);
+        pg_catalog::rewrite::set_returning_items(sel);
         ControlFlow::Continue(())
     }
 
@@ -252,6 +253,22 @@ impl VisitorMut for Normalize {
 
     fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
         pg_catalog::rewrite::expr(expr);
+        // mod(a, b) is PostgreSQL's name for a % b (same types, 22012 on zero).
+        if let ast::Expr::Function(f) = expr
+            && function_name(f) == "mod"
+            && f.over.is_none()
+            && let ast::FunctionArguments::List(list) = &f.args
+            && let [
+                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(a)),
+                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(b)),
+            ] = list.args.as_slice()
+        {
+            *expr = ast::Expr::Nested(Box::new(ast::Expr::BinaryOp {
+                left: Box::new(ast::Expr::Nested(Box::new(a.clone()))),
+                op: ast::BinaryOperator::Modulo,
+                right: Box::new(ast::Expr::Nested(Box::new(b.clone()))),
+            }));
+        }
         if let ast::Expr::Value(v) = expr
             && let ast::Value::Number(n, _) = &v.value
             && n.contains(['e', 'E'])
@@ -496,7 +513,7 @@ fn is_rewritten(e: &ast::Expr) -> bool {
     match e {
         ast::Expr::Function(f) => {
             let n = function_name(f);
-            (n == "first" || n == "last") && f.over.is_none()
+            (n == "first" || n == "last" || n == "mod") && f.over.is_none()
         }
         ast::Expr::Cast {
             data_type: ast::DataType::Text | ast::DataType::Varchar(None),

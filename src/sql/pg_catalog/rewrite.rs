@@ -927,6 +927,37 @@ fn has_subquery(e: &Expr) -> bool {
     f.0
 }
 
+/// `SELECT generate_series(1, 3)`: in a select list PostgreSQL's set-returning
+/// function gives one row per value; DataFusion's scalar `generate_series` gives one
+/// array. Such items become `unnest(generate_series(...))`, named `generate_series`
+/// unless the query names them.
+pub fn set_returning_items(sel: &mut ast::Select) {
+    for item in sel.projection.iter_mut() {
+        let (expr, alias) = match item {
+            SelectItem::UnnamedExpr(e) => (e, None),
+            SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.clone())),
+            _ => continue,
+        };
+        let Expr::Function(f) = expr else {
+            continue;
+        };
+        let parts = name_parts(&f.name);
+        let is_series = match parts.as_slice() {
+            [n] => ident_eq(n, "generate_series"),
+            [schema, n] => ident_eq(schema, "pg_catalog") && ident_eq(n, "generate_series"),
+            _ => false,
+        };
+        if !is_series || f.over.is_some() || f.filter.is_some() {
+            continue;
+        }
+        let unnest = call("unnest", vec![expr.clone()]);
+        *item = SelectItem::ExprWithAlias {
+            expr: unnest,
+            alias: alias.unwrap_or_else(|| Ident::new("generate_series")),
+        };
+    }
+}
+
 /// `SELECT DISTINCT a + b AS s ... ORDER BY a + b`: PostgreSQL accepts an ORDER BY
 /// expression that is one of the select-list expressions; DataFusion wants the
 /// select item itself. Such keys become the item's position (`ORDER BY 1`).
