@@ -6,6 +6,8 @@ usage: python3 benches/query_cpu.py PID PORT KIND N [SQL to run first ...]
   KIND  one  -- SELECT 1 (round trip, nothing planned)
         empty -- max(usage_user) over a window that matches no chunk
         sg    -- TSBS single-groupby-1-1-1 (one host, one hour, 1-minute buckets)
+        wide  -- TSBS high-cpu-all's shape over 2 hours (all columns of the rows with
+                 usage_user > 90: about 2,600 rows x 12 columns to encode)
   SIMPLE=1 in the environment sends the simple protocol (as TSBS does)."""
 import os
 import random
@@ -36,6 +38,11 @@ QUERIES = {
         f"AND time >= '2016-01-01 {r.randint(10, 20)}:00:00+00' "
         f"AND time < '2016-01-01 {r.randint(10, 20)}:59:00+00' "
         "GROUP BY minute ORDER BY minute"
+    ),
+    "wide": lambda r: (
+        "SELECT * FROM cpu WHERE usage_user > 90.0 "
+        f"AND time >= '2016-01-01 {r.randint(10, 20)}:00:00+00' "
+        f"AND time < '2016-01-01 {r.randint(10, 20)}:00:00+00'::timestamptz + interval '2 hours'"
     ),
 }
 query = QUERIES[kind]

@@ -605,6 +605,20 @@ mod tests {
             timestamp_tz(1_704_067_200_000_000, &berlin),
             "2024-01-01 01:00:00+01"
         );
+        let kolkata: chrono_tz::Tz = "Asia/Kolkata".parse().unwrap();
+        assert_eq!(
+            timestamp_tz(1_704_067_200_012_340, &kolkata),
+            "2024-01-01 05:30:00.01234+05:30"
+        );
+        let ny: chrono_tz::Tz = "America/New_York".parse().unwrap();
+        assert_eq!(
+            timestamp_tz(1_451_649_599_999_999, &ny),
+            "2016-01-01 06:59:59.999999-05"
+        );
+        assert_eq!(
+            timestamp(-62_135_596_800_000_000, None),
+            "0001-01-01 00:00:00"
+        );
         assert_eq!(interval(0, 1, 7_200_000_000), "1 day 02:00:00");
         assert_eq!(interval(14, 0, 0), "1 year 2 mons");
         assert_eq!(interval(-1, -17, 0), "-1 mons -17 days");
