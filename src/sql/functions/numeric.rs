@@ -20,11 +20,11 @@ use datafusion::logical_expr::{
 
 use crate::catalog::{ANY_NUMERIC, ANY_NUMERIC_PRECISION, ANY_NUMERIC_SCALE, is_any_numeric};
 
+use super::sql_error;
+
 /// Fractional digits a 128-bit numeric division keeps at most (18 integer digits
 /// remain).
 const DIV_SCALE: i8 = 20;
-
-use super::sql_error;
 
 fn overflow(what: &str) -> DataFusionError {
     sql_error("22003", &format!("numeric field overflow: {what}"))

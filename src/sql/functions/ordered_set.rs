@@ -141,15 +141,10 @@ fn fractions(args: &AccumulatorArgs, name: &str) -> Result<Fractions> {
         return exec_err!("{name} needs a constant fraction");
     };
     if is_array(Some(&v.data_type())) {
-        let list = v.to_array()?;
-        let items = arrow::compute::cast(
-            list.as_list_opt::<i32>()
-                .map(|l| l.values().clone())
-                .unwrap_or_else(|| arrow::array::new_empty_array(&DataType::Float64))
-                .as_ref(),
-            &DataType::Float64,
-        )?;
-        let items = items.as_primitive::<Float64Type>();
+        // Any list type of any numeric element, as a list of float8.
+        let list =
+            arrow::compute::cast(&v.to_array()?, &DataType::new_list(DataType::Float64, true))?;
+        let items = list.as_list::<i32>().values().as_primitive::<Float64Type>();
         let many = (0..items.len())
             .map(|i| check(items.is_valid(i).then(|| items.value(i))))
             .collect::<Result<Vec<_>>>()?;
@@ -269,12 +264,7 @@ impl Accumulator for OrderedAcc {
         let lists: &ListArray = states[0].as_list::<i32>();
         for i in 0..lists.len() {
             if lists.is_valid(i) {
-                let a = lists.value(i);
-                for j in 0..a.len() {
-                    if a.is_valid(j) {
-                        self.values.push(ScalarValue::try_from_array(&a, j)?);
-                    }
-                }
+                self.update_batch(&[lists.value(i)])?;
             }
         }
         Ok(())

@@ -21,11 +21,11 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 
+use super::sql_error;
+
 fn interval_type() -> DataType {
     DataType::Interval(IntervalUnit::MonthDayNano)
 }
-
-use super::sql_error;
 
 fn out_of_range() -> DataFusionError {
     sql_error("22008", "interval out of range")
