@@ -104,6 +104,54 @@ impl HypertableProvider {
         Some((lo, upper.map_or(hi, |u| hi.min(u))))
     }
 
+    /// How many rows a scan with `filters` may read: each file and memtable batch
+    /// counts in proportion to how much of its time span the filters' time bounds
+    /// cover. Chooses how a query is planned (one partition for small scans), never
+    /// what it answers.
+    pub fn estimated_rows(&self, filters: &[Expr]) -> u64 {
+        let Some(view) = self.engine.view(self.table.id) else {
+            return 0;
+        };
+        let table = &view.table;
+        let (lo, hi) = time_bounds(table, filters);
+        let mut rows = 0.0;
+        if !table.files.is_empty() {
+            let stats = self.engine.file_stats().for_table(table);
+            let micros = |a: Option<ArrayRef>| {
+                a.and_then(|a| {
+                    arrow::compute::cast(
+                        &a,
+                        &arrow::datatypes::DataType::Timestamp(
+                            arrow::datatypes::TimeUnit::Microsecond,
+                            None,
+                        ),
+                    )
+                    .ok()
+                })
+            };
+            let time = table
+                .time_column
+                .as_ref()
+                .map(|t| datafusion::common::Column::new_unqualified(t.clone()));
+            let mins = micros(time.as_ref().and_then(|c| stats.min_values(c)));
+            let maxs = micros(time.as_ref().and_then(|c| stats.max_values(c)));
+            let at = |a: &Option<ArrayRef>, i: usize, unknown: i64| {
+                a.as_ref()
+                    .map(|a| a.as_primitive::<arrow::datatypes::TimestampMicrosecondType>())
+                    .filter(|p| p.len() > i && p.is_valid(i))
+                    .map_or(unknown, |p| p.value(i))
+            };
+            for (i, f) in table.files.iter().enumerate() {
+                let (a, b) = (at(&mins, i, i64::MIN), at(&maxs, i, i64::MAX));
+                rows += f.rows as f64 * covered(lo, hi, a, b);
+            }
+        }
+        for b in view.mem.iter().flat_map(|(_, b)| b.iter()) {
+            rows += b.batch.num_rows() as f64 * covered(lo, hi, b.min_time, b.max_time);
+        }
+        rows as u64
+    }
+
     /// The engine whose files and memtables the scans read.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
@@ -385,6 +433,63 @@ pub(crate) fn file_time_range(table: &TableDef, f: &FileMeta) -> (i64, i64) {
         }
         None => unknown,
     }
+}
+
+/// The time range (microseconds, inclusive) that `filters` allow, from comparisons
+/// of the time column with timestamp literals; unbounded where they say nothing.
+fn time_bounds(table: &TableDef, filters: &[Expr]) -> (i64, i64) {
+    use datafusion::logical_expr::{BinaryExpr, Operator};
+    let (mut lo, mut hi) = (i64::MIN, i64::MAX);
+    let Some(tc) = &table.time_column else {
+        return (lo, hi);
+    };
+    for e in filters {
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
+            continue;
+        };
+        let (op, other) = match (left.as_ref(), right.as_ref()) {
+            (Expr::Column(c), o) if &c.name == tc => (*op, o),
+            (o, Expr::Column(c)) if &c.name == tc => match op.swap() {
+                Some(op) => (op, o),
+                None => continue,
+            },
+            _ => continue,
+        };
+        let Expr::Literal(v, _) = other else {
+            continue;
+        };
+        let micros = match v.cast_to(&arrow::datatypes::DataType::Timestamp(
+            arrow::datatypes::TimeUnit::Microsecond,
+            None,
+        )) {
+            Ok(ScalarValue::TimestampMicrosecond(Some(m), _)) => m,
+            _ => continue,
+        };
+        match op {
+            Operator::Gt | Operator::GtEq => lo = lo.max(micros),
+            Operator::Lt | Operator::LtEq => hi = hi.min(micros),
+            Operator::Eq => {
+                lo = lo.max(micros);
+                hi = hi.min(micros);
+            }
+            _ => {}
+        }
+    }
+    (lo, hi)
+}
+
+/// The share of a source spanning `a..=b` that the range `lo..=hi` covers, assuming
+/// its rows are spread evenly over its span.
+fn covered(lo: i64, hi: i64, a: i64, b: i64) -> f64 {
+    if b < lo || a > hi || lo > hi {
+        return 0.0;
+    }
+    if a >= lo && b <= hi {
+        return 1.0;
+    }
+    let span = (b as f64 - a as f64) + 1.0;
+    let inside = (hi.min(b) as f64 - lo.max(a) as f64) + 1.0;
+    (inside / span).clamp(0.0, 1.0)
 }
 
 /// Most separate dirty ranges a scan filters by.

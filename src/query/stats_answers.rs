@@ -306,6 +306,22 @@ struct StatsProvider {
     source_schema: SchemaRef,
 }
 
+/// The rows a scan of `provider` with `filters` is estimated to read: a hypertable's
+/// (alone or under a statistics answer, counted as if read) from its sources' time
+/// ranges, another table's from its statistics; `None` when unknown.
+pub fn estimated_scan_rows(provider: &Arc<dyn TableProvider>, filters: &[Expr]) -> Option<u64> {
+    let any = provider.as_ref() as &dyn std::any::Any;
+    let any = match any.downcast_ref::<StatsProvider>() {
+        Some(s) => s.inner.as_ref() as &dyn std::any::Any,
+        None => any,
+    };
+    if let Some(h) = any.downcast_ref::<HypertableProvider>() {
+        return Some(h.estimated_rows(filters));
+    }
+    let stats = provider.statistics()?;
+    stats.num_rows.get_value().map(|n| *n as u64)
+}
+
 #[async_trait]
 impl TableProvider for StatsProvider {
     fn schema(&self) -> SchemaRef {

@@ -111,6 +111,9 @@ pub struct Session {
     plan_settings: std::sync::atomic::AtomicU64,
     /// Whether the session keeps and reuses plans (`sundial.plan_cache`).
     plan_cache_on: std::sync::atomic::AtomicBool,
+    /// Scans estimated at no more rows than this run in one partition
+    /// (`sundial.small_scan_rows`; 0: never).
+    small_scan_rows: std::sync::atomic::AtomicU64,
     /// Writes staged by an open transaction block (shared with `ctx`'s scans).
     pub staging: Arc<crate::engine::tx::Staging>,
     /// Savepoints, the aborted state, tables created in the block.
@@ -814,6 +817,7 @@ impl Session {
             plans,
             plan_settings: Default::default(),
             plan_cache_on: Default::default(),
+            small_scan_rows: Default::default(),
             staging,
             tx: Default::default(),
             cursors: Default::default(),
@@ -977,11 +981,12 @@ impl Session {
                     );
                     return Ok(Output::Rows(schema, Box::pin(stream)));
                 }
-                let stream = df.execute_stream().await?;
-                // The rows' own schema: analysis may have retyped columns since
-                // planning (sum(int8) is numeric).
-                let schema = names::rename(stream.schema(), names.as_deref());
-                Ok(Output::Rows(schema, stream))
+                // Planned as a kept plan would be (one partition for small scans),
+                // so that EXPLAIN shows the plan a run takes.
+                let (state, plan) = df.into_parts();
+                let optimized = state.optimize(&plan)?;
+                self.run_optimized(&state, &optimized, names.as_deref())
+                    .await
             }
         }
     }
@@ -1346,6 +1351,21 @@ impl Session {
         plan: &LogicalPlan,
         names: Option<&[String]>,
     ) -> Result<Output> {
+        // A small scan gains nothing from a second core: one partition plans and
+        // runs fewer operators (no repartitioning, no merge) and opens each file once.
+        let small = self
+            .small_scan_rows
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let one_partition;
+        let state =
+            if small > 0 && state.config().target_partitions() > 1 && scanned_rows(plan) <= small {
+                let mut s = state.clone();
+                s.config_mut().options_mut().execution.target_partitions = 1;
+                one_partition = s;
+                &one_partition
+            } else {
+                state
+            };
         let physical = state
             .query_planner()
             .create_physical_plan(plan, state)
@@ -1387,6 +1407,14 @@ impl Session {
             .is_none_or(|v| v == "on");
         self.plan_cache_on
             .store(on, std::sync::atomic::Ordering::Relaxed);
+        let small = self
+            .settings
+            .read()
+            .get(session::SMALL_SCAN_ROWS)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(session::DEFAULT_SMALL_SCAN_ROWS);
+        self.small_scan_rows
+            .store(small, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether this session keeps and reuses plans.
@@ -1442,6 +1470,35 @@ impl Session {
         }
         ddl::execute(self, stmt).await
     }
+}
+
+/// The rows the scans of `plan` (subqueries included) are estimated to read, for
+/// choosing one partition: hypertables by their files' and memtable's time ranges,
+/// other tables by their statistics (unknown: `u64::MAX`). A join or recursive query
+/// also counts as `u64::MAX`: its work is not bounded by what it scans.
+fn scanned_rows(plan: &LogicalPlan) -> u64 {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    let mut rows = 0u64;
+    let _ = plan.apply_with_subqueries(|p| {
+        match p {
+            LogicalPlan::Join(_) | LogicalPlan::RecursiveQuery(_) => rows = u64::MAX,
+            LogicalPlan::TableScan(scan) => {
+                let n = match datafusion::datasource::source_as_provider(&scan.source) {
+                    Ok(provider) => {
+                        crate::query::stats_answers::estimated_scan_rows(&provider, &scan.filters)
+                    }
+                    Err(_) => None,
+                };
+                rows = rows.saturating_add(n.unwrap_or(u64::MAX));
+            }
+            _ => {}
+        }
+        Ok(match rows {
+            u64::MAX => TreeNodeRecursion::Stop,
+            _ => TreeNodeRecursion::Continue,
+        })
+    });
+    rows
 }
 
 /// `plan` (optimized, with parameters) with `params` bound and its expressions

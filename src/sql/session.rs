@@ -59,6 +59,7 @@ pub fn default_settings(db: &str, user: &str) -> Settings {
     m.insert(NEWEST_BUCKETS.into(), "on".into());
     m.insert(PLAN_CACHE.into(), "on".into());
     m.insert(STATS_ANSWERS.into(), "on".into());
+    m.insert(SMALL_SCAN_ROWS.into(), DEFAULT_SMALL_SCAN_ROWS.to_string());
     Arc::new(RwLock::new(m))
 }
 
@@ -160,6 +161,12 @@ pub const STATS_ANSWERS: &str = "sundial.stats_answers";
 /// (`on`, the default) or every query is planned from its text (`off`: for
 /// measuring what the cache saves).
 pub const PLAN_CACHE: &str = "sundial.plan_cache";
+/// Queries whose scans are estimated (from file and memtable time ranges) to read
+/// at most this many rows run in one partition: no repartitioning, no merge, each
+/// file opened once. `0` plans every query over all cores.
+pub const SMALL_SCAN_ROWS: &str = "sundial.small_scan_rows";
+/// [`SMALL_SCAN_ROWS`]'s default.
+pub const DEFAULT_SMALL_SCAN_ROWS: u64 = 250_000;
 
 /// A Boolean setting's value.
 fn boolean(k: &str, value: &str) -> Result<bool> {
@@ -192,6 +199,16 @@ fn set(session: &Session, name: &str, value: String) -> Result<()> {
             .settings
             .write()
             .insert(k, if on { "on" } else { "off" }.into());
+        return Ok(());
+    }
+    if k == SMALL_SCAN_ROWS {
+        let rows: u64 = value.trim().parse().map_err(|_| {
+            Error::sql(
+                "22023",
+                format!("invalid value for parameter \"{k}\": \"{value}\""),
+            )
+        })?;
+        session.settings.write().insert(k, rows.to_string());
         return Ok(());
     }
     if k == LATEST_ROWS || k == NEWEST_BUCKETS || k == STATS_ANSWERS {

@@ -153,3 +153,97 @@ async fn delete_drops_files_inside_the_range_and_rewrites_the_others() {
     .await;
     assert_eq!(left, vec![vec![Some("1".to_string())]]);
 }
+
+/// A query whose scans are estimated (from the files' and memtable's time ranges)
+/// at no more than `sundial.small_scan_rows` rows runs in one partition: EXPLAIN
+/// shows no repartitioning and no merge, and the answer is the one the plan over
+/// every core gives. Joins keep every core (their work is not bounded by the scan).
+#[tokio::test]
+async fn small_scans_run_in_one_partition() {
+    let srv = TestServer::start();
+    let client = srv.connect("sundial").await;
+    let mut values = vec![];
+    for h in 0..48 {
+        for host in ["a", "b", "c"] {
+            values.push(format!(
+                "('2024-01-01 00:00:00+00'::timestamptz + interval '{h} hours', '{host}', {h})"
+            ));
+        }
+    }
+    client
+        .batch_execute(&format!(
+            "SET TimeZone = 'UTC';
+             CREATE TABLE m (time timestamptz NOT NULL, host text, v bigint) WITH (tsdb.hypertable, tsdb.chunk_interval = '1 day');
+             INSERT INTO m VALUES {};
+             SELECT sundial_flush();
+             INSERT INTO m VALUES ('2024-01-02 23:30:00+00', 'a', 1000);",
+            values.join(", ")
+        ))
+        .await
+        .expect("setup");
+    let q = "SELECT time_bucket('6 hours', time) AS b, host, max(v), count(*) FROM m \
+             WHERE time >= '2024-01-01 10:00:00+00' AND time < '2024-01-02 23:45:00+00' \
+             GROUP BY b, host ORDER BY b, host";
+    let small = physical_plan(&client, q).await;
+    assert!(
+        !small.contains("RepartitionExec") && !small.contains("SortPreservingMergeExec"),
+        "one partition for a small scan:\n{small}"
+    );
+    let answer = text_rows(&client, q).await;
+    assert_eq!(answer.len(), 7 * 3, "{answer:?}");
+    // Computed by PostgreSQL 15 on the same rows: the last bucket holds 18..23 h of
+    // 2 January and the memtable row.
+    assert_eq!(
+        answer.last().cloned(),
+        Some(vec![
+            Some("2024-01-02 18:00:00+00".to_string()),
+            Some("c".to_string()),
+            Some("47".to_string()),
+            Some("6".to_string()),
+        ])
+    );
+    assert_eq!(
+        answer[answer.len() - 3][2..],
+        [Some("1000".to_string()), Some("7".to_string())]
+    );
+
+    client
+        .batch_execute("SET sundial.small_scan_rows = 0")
+        .await
+        .expect("set");
+    let wide = physical_plan(&client, q).await;
+    if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+        assert!(
+            wide.contains("RepartitionExec"),
+            "every core when switched off:\n{wide}"
+        );
+    }
+    assert_eq!(
+        text_rows(&client, q).await,
+        answer,
+        "same answer either way"
+    );
+
+    client
+        .batch_execute("SET sundial.small_scan_rows = 250000")
+        .await
+        .expect("set");
+    let join = "SELECT count(*) FROM m a JOIN m b ON a.host = b.host \
+                WHERE a.time < '2024-01-01 02:00:00+00' AND b.time < '2024-01-01 02:00:00+00'";
+    if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+        let plan = physical_plan(&client, join).await;
+        assert!(
+            plan.contains("RepartitionExec"),
+            "a join keeps every core:\n{plan}"
+        );
+    }
+    assert_eq!(
+        text_rows(&client, join).await,
+        vec![vec![Some("12".to_string())]]
+    );
+    let err = client
+        .batch_execute("SET sundial.small_scan_rows = 'many'")
+        .await
+        .expect_err("not a number");
+    assert_eq!(err.code().map(|c| c.code()), Some("22023"));
+}
