@@ -54,6 +54,10 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContex
         o.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
         // Numeric literals are numeric (decimal) in PostgreSQL, not double.
         o.sql_parser.parse_float_as_decimal = true;
+        // Chunk scans choose themselves whether to apply their predicate while
+        // decoding (`HypertableProvider::parquet_scan`); switched on here, the
+        // physical optimizer would push every filter into every scan, which costs
+        // narrow scans more than it saves.
         o.execution.parquet.pushdown_filters = false;
         o.execution.parquet.enable_page_index = true;
         // Chunk files are small (a day of one table); let one file's row groups

@@ -201,6 +201,30 @@ fn set(session: &Session, name: &str, value: String) -> Result<()> {
             .insert(k, if on { "on" } else { "off" }.into());
         return Ok(());
     }
+    if k.starts_with("datafusion.") {
+        // DataFusion's own options, for tuning and measurement. PostgreSQL's
+        // Boolean spellings (SET stores `on` / `off`) mean true / false.
+        let value = match value.to_ascii_lowercase().as_str() {
+            "on" | "yes" => "true".to_string(),
+            "off" | "no" => "false".to_string(),
+            _ => value,
+        };
+        session
+            .ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .options_mut()
+            .set(&k, &value)
+            .map_err(|e| {
+                Error::sql(
+                    "22023",
+                    format!("invalid value for parameter \"{name}\": {e}"),
+                )
+            })?;
+        session.settings.write().insert(k, value);
+        return Ok(());
+    }
     if k == SMALL_SCAN_ROWS {
         let rows: u64 = value.trim().parse().map_err(|_| {
             Error::sql(
