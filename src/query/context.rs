@@ -43,27 +43,8 @@ pub trait ViewSource: std::fmt::Debug + Send + Sync {
 /// Builds the DataFusion context of one connection to database `db`.
 /// DataFusion's own `information_schema` is off: `pg` provides PostgreSQL's.
 pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContext {
-    let mut cfg = SessionConfig::new()
-        .with_default_catalog_and_schema(db, "public")
-        .with_information_schema(false)
-        .with_create_default_catalog_and_schema(false)
-        .with_extension(pg.staging.clone());
-    {
-        let o = cfg.options_mut();
-        o.execution.time_zone = Some("UTC".to_string());
-        o.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
-        // Numeric literals are numeric (decimal) in PostgreSQL, not double.
-        o.sql_parser.parse_float_as_decimal = true;
-        // Chunk scans choose themselves whether to apply their predicate while
-        // decoding (`HypertableProvider::parquet_scan`); switched on here, the
-        // physical optimizer would push every filter into every scan, which costs
-        // narrow scans more than it saves.
-        o.execution.parquet.pushdown_filters = false;
-        o.execution.parquet.enable_page_index = true;
-        // Chunk files are small (a day of one table); let one file's row groups
-        // be read on several cores.
-        o.optimizer.repartition_file_min_size = 256 * 1024;
-    }
+    let mut cfg = SessionConfig::new().with_extension(pg.staging.clone());
+    configure(cfg.options_mut(), db);
     let rules = pg
         .first_rules
         .iter()
@@ -91,6 +72,28 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContex
         }),
     );
     ctx
+}
+
+/// Sundial's choices among DataFusion's options for a session of database `db` (a
+/// new session's, and what `RESET` returns an option to).
+pub fn configure(o: &mut datafusion::config::ConfigOptions, db: &str) {
+    o.catalog.default_catalog = db.to_string();
+    o.catalog.default_schema = "public".to_string();
+    o.catalog.information_schema = false;
+    o.catalog.create_default_catalog_and_schema = false;
+    o.execution.time_zone = Some("UTC".to_string());
+    o.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+    // Numeric literals are numeric (decimal) in PostgreSQL, not double.
+    o.sql_parser.parse_float_as_decimal = true;
+    // Chunk scans choose themselves whether to apply their predicate while
+    // decoding (`HypertableProvider::parquet_scan`); switched on here, the
+    // physical optimizer would push every filter into every scan, which costs
+    // narrow scans more than it saves.
+    o.execution.parquet.pushdown_filters = false;
+    o.execution.parquet.enable_page_index = true;
+    // Chunk files are small (a day of one table); let one file's row groups
+    // be read on several cores.
+    o.optimizer.repartition_file_min_size = 256 * 1024;
 }
 
 /// One database as a DataFusion catalog.

@@ -107,7 +107,9 @@ fn show_name(variable: &[ast::Ident]) -> String {
     match name.as_str() {
         "time zone" => "timezone".into(),
         "transaction isolation level" => "transaction_isolation".into(),
-        _ => name,
+        "session authorization" => "session_authorization".into(),
+        // The parser splits a dotted name (`sundial.plan_cache`) into its parts.
+        _ => name.replace(' ', "."),
     }
 }
 
@@ -283,6 +285,13 @@ fn set(session: &Session, name: &str, value: String) -> Result<()> {
     Ok(())
 }
 
+/// DataFusion's options as a new session of database `db` starts with them.
+fn datafusion_defaults(db: &str) -> datafusion::config::ConfigOptions {
+    let mut o = datafusion::config::ConfigOptions::new();
+    crate::query::context::configure(&mut o, db);
+    o
+}
+
 /// Checks a time zone name and returns the form Arrow accepts.
 pub fn normalize_tz(tz: &str) -> Result<String> {
     let t = tz.trim();
@@ -373,9 +382,31 @@ pub fn execute(session: &Session, stmt: &Statement) -> Result<Option<Output>> {
                         d.insert("session_authorization".into(), u);
                     }
                     *session.settings.write() = d;
+                    *session.ctx.state_ref().write().config_mut().options_mut() =
+                        datafusion_defaults(&session.db);
                     set(session, "timezone", "UTC".into())?;
                     set(session, LATEST_ROWS, "on".into())?;
                     set(session, NEWEST_BUCKETS, "on".into())?;
+                }
+                ast::Reset::ConfigurationParameter(name)
+                    if key(&name.to_string()).starts_with("datafusion.") =>
+                {
+                    let k = key(&name.to_string());
+                    let fresh = datafusion_defaults(&session.db);
+                    let default = fresh
+                        .entries()
+                        .into_iter()
+                        .find(|e| e.key == k)
+                        .ok_or_else(|| {
+                            Error::sql(
+                                "42704",
+                                format!("unrecognized configuration parameter \"{k}\""),
+                            )
+                        })?;
+                    if let Some(v) = default.value {
+                        set(session, &k, v)?;
+                    }
+                    session.settings.write().remove(&k);
                 }
                 ast::Reset::ConfigurationParameter(name) => {
                     let k = key(&name.to_string());

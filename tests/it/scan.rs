@@ -370,11 +370,53 @@ async fn wide_scans_filtered_while_decoding_stay_exact() {
         .expect("flush");
     assert_eq!(cells(text_rows(&c2, q).await), rows, "same after the flush");
 
-    // DataFusion's options take PostgreSQL's Boolean spellings.
+    // DataFusion's options take PostgreSQL's Boolean spellings; RESET returns one
+    // to the value a new session has.
     client
-        .batch_execute("SET datafusion.execution.parquet.pushdown_filters = off")
+        .batch_execute("SET datafusion.execution.parquet.pushdown_filters = on")
         .await
-        .expect("set off");
+        .expect("set on");
+    assert_eq!(
+        text_rows(
+            &client,
+            "SHOW datafusion.execution.parquet.pushdown_filters"
+        )
+        .await,
+        vec![vec![Some("true".to_string())]]
+    );
+    client
+        .batch_execute("RESET datafusion.execution.parquet.pushdown_filters")
+        .await
+        .expect("reset");
+    client
+        .batch_execute("SET datafusion.execution.target_partitions = 1")
+        .await
+        .expect("set 1");
+    assert!(
+        !physical_plan(
+            &client,
+            "SELECT count(*) FROM w a JOIN w b ON a.host = b.host"
+        )
+        .await
+        .contains("RepartitionExec"),
+        "one partition when DataFusion is told so"
+    );
+    client.batch_execute("RESET ALL").await.expect("reset all");
+    if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+        assert!(
+            physical_plan(
+                &client,
+                "SELECT count(*) FROM w a JOIN w b ON a.host = b.host"
+            )
+            .await
+            .contains("RepartitionExec"),
+            "every core again after RESET ALL"
+        );
+    }
+    assert_eq!(
+        cells(text_rows(&client, "SELECT count(*) FROM w WHERE usage > 90").await),
+        [["21"]]
+    );
     let err = client
         .batch_execute("SET datafusion.execution.target_partitions = 'many'")
         .await
