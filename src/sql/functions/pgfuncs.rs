@@ -371,6 +371,64 @@ impl ScalarUDFImpl for PgTypeof {
     }
 }
 
+/// `num_nulls(VARIADIC "any")` / `num_nonnulls(...)`: how many arguments are NULL
+/// (or not), as int4.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct NumNulls {
+    nulls: bool,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for NumNulls {
+    fn name(&self) -> &str {
+        if self.nulls {
+            "num_nulls"
+        } else {
+            "num_nonnulls"
+        }
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int32)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let mut counts = vec![0i32; rows];
+        let mut all_scalar = true;
+        for a in &args.args {
+            match a {
+                ColumnarValue::Scalar(v) => {
+                    if v.is_null() == self.nulls {
+                        counts.iter_mut().for_each(|c| *c += 1);
+                    }
+                }
+                ColumnarValue::Array(arr) => {
+                    all_scalar = false;
+                    for (i, c) in counts.iter_mut().enumerate() {
+                        if arr.is_null(i) == self.nulls {
+                            *c += 1;
+                        }
+                    }
+                }
+            }
+        }
+        if all_scalar {
+            let n = counts.first().copied().unwrap_or_else(|| {
+                args.args
+                    .iter()
+                    .filter(|a| matches!(a, ColumnarValue::Scalar(v) if v.is_null() == self.nulls))
+                    .count() as i32
+            });
+            return Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(n))));
+        }
+        Ok(ColumnarValue::Array(Arc::new(
+            arrow::array::Int32Array::from(counts),
+        )))
+    }
+}
+
 /// `avg` of integers as PostgreSQL computes it: the exact sum divided by the count
 /// as a numeric division (`avg(10, 20, 30)` = 20, `avg(1, 2)` = 1.5), not a float.
 /// The argument is widened to int8; the sum is an i128, which no table can overflow.
@@ -815,6 +873,12 @@ fn justify_udf(name: &str, how: Justify) -> ScalarUDF {
 
 pub fn register(ctx: &SessionContext) {
     let imm = Volatility::Immutable;
+    for nulls in [true, false] {
+        ctx.register_udf(ScalarUDF::from(NumNulls {
+            nulls,
+            signature: Signature::variadic_any(imm),
+        }));
+    }
     ctx.register_udf(datafusion::logical_expr::create_udf(
         "width_bucket",
         vec![
