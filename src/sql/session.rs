@@ -211,19 +211,12 @@ fn set(session: &Session, name: &str, value: String) -> Result<()> {
             "off" | "no" => "false".to_string(),
             _ => value,
         };
-        session
-            .ctx
-            .state_ref()
-            .write()
-            .config_mut()
-            .options_mut()
-            .set(&k, &value)
-            .map_err(|e| {
-                Error::sql(
-                    "22023",
-                    format!("invalid value for parameter \"{name}\": {e}"),
-                )
-            })?;
+        with_options(session, |o| o.set(&k, &value)).map_err(|e| {
+            Error::sql(
+                "22023",
+                format!("invalid value for parameter \"{name}\": {e}"),
+            )
+        })?;
         session.settings.write().insert(k, value);
         return Ok(());
     }
@@ -271,18 +264,19 @@ fn set(session: &Session, name: &str, value: String) -> Result<()> {
         return Ok(());
     }
     if k == "timezone" {
-        let tz = value.clone();
-        session
-            .ctx
-            .state_ref()
-            .write()
-            .config_mut()
-            .options_mut()
-            .execution
-            .time_zone = Some(normalize_tz(&tz)?);
+        let tz = Some(normalize_tz(&value)?);
+        with_options(session, |o| o.execution.time_zone = tz);
     }
     session.settings.write().insert(k, value);
     Ok(())
+}
+
+/// Changes the session's DataFusion options with `f`.
+fn with_options<R>(
+    session: &Session,
+    f: impl FnOnce(&mut datafusion::config::ConfigOptions) -> R,
+) -> R {
+    f(session.ctx.state_ref().write().config_mut().options_mut())
 }
 
 /// DataFusion's options as a new session of database `db` starts with them.
@@ -382,8 +376,8 @@ pub fn execute(session: &Session, stmt: &Statement) -> Result<Option<Output>> {
                         d.insert("session_authorization".into(), u);
                     }
                     *session.settings.write() = d;
-                    *session.ctx.state_ref().write().config_mut().options_mut() =
-                        datafusion_defaults(&session.db);
+                    let fresh = datafusion_defaults(&session.db);
+                    with_options(session, |o| *o = fresh);
                     set(session, "timezone", "UTC".into())?;
                     set(session, LATEST_ROWS, "on".into())?;
                     set(session, NEWEST_BUCKETS, "on".into())?;

@@ -394,38 +394,26 @@ impl ScalarUDFImpl for NumNulls {
         Ok(DataType::Int32)
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let rows = args.number_rows;
-        let mut counts = vec![0i32; rows];
-        let mut all_scalar = true;
+        // Scalars count the same on every row; arrays row by row.
+        let mut every_row = 0;
+        let mut counts: Option<Vec<i32>> = None;
         for a in &args.args {
             match a {
-                ColumnarValue::Scalar(v) => {
-                    if v.is_null() == self.nulls {
-                        counts.iter_mut().for_each(|c| *c += 1);
-                    }
-                }
+                ColumnarValue::Scalar(v) => every_row += i32::from(v.is_null() == self.nulls),
                 ColumnarValue::Array(arr) => {
-                    all_scalar = false;
-                    for (i, c) in counts.iter_mut().enumerate() {
-                        if arr.is_null(i) == self.nulls {
-                            *c += 1;
-                        }
+                    let c = counts.get_or_insert_with(|| vec![0; args.number_rows]);
+                    for (i, c) in c.iter_mut().enumerate() {
+                        *c += i32::from(arr.is_null(i) == self.nulls);
                     }
                 }
             }
         }
-        if all_scalar {
-            let n = counts.first().copied().unwrap_or_else(|| {
-                args.args
-                    .iter()
-                    .filter(|a| matches!(a, ColumnarValue::Scalar(v) if v.is_null() == self.nulls))
-                    .count() as i32
-            });
-            return Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(n))));
-        }
-        Ok(ColumnarValue::Array(Arc::new(
-            arrow::array::Int32Array::from(counts),
-        )))
+        Ok(match counts {
+            None => ColumnarValue::Scalar(ScalarValue::Int32(Some(every_row))),
+            Some(c) => ColumnarValue::Array(Arc::new(arrow::array::Int32Array::from_iter_values(
+                c.into_iter().map(|n| n + every_row),
+            ))),
+        })
     }
 }
 
