@@ -163,13 +163,19 @@ pub fn alias_duplicates(q: &mut Query) {
 pub fn mark_duplicates(sel: &mut datafusion::sql::sqlparser::ast::Select) {
     distinguish_casts(sel);
     let mut seen = std::collections::HashSet::new();
+    // DataFusion's names of unaliased items: its names leave casts out, so
+    // `SELECT 1, 1::int8` (PostgreSQL: `?column?`, `int8`) would clash there.
+    let mut df_seen = std::collections::HashSet::new();
     for (i, item) in sel.projection.iter_mut().enumerate() {
-        let (name, expr) = match item {
-            SelectItem::UnnamedExpr(e) => (expr_name(e), e),
-            SelectItem::ExprWithAlias { alias, expr } => (ident(alias), expr),
+        let (name, expr, df_clash) = match item {
+            SelectItem::UnnamedExpr(e) => {
+                let clash = !df_seen.insert(without_casts(e));
+                (expr_name(e), e, clash)
+            }
+            SelectItem::ExprWithAlias { alias, expr } => (ident(alias), expr, false),
             _ => continue,
         };
-        if seen.insert(name.clone()) {
+        if seen.insert(name.clone()) && !df_clash {
             continue;
         }
         let e = std::mem::replace(
@@ -186,6 +192,31 @@ pub fn mark_duplicates(sel: &mut datafusion::sql::sqlparser::ast::Select) {
     }
 }
 
+/// An expression's text with its casts left out, as DataFusion names it.
+fn without_casts(e: &Expr) -> String {
+    use datafusion::sql::sqlparser::ast::VisitMut;
+    let mut stripped = e.clone();
+    let _ = stripped.visit(&mut StripCasts);
+    stripped.to_string()
+}
+
+/// Replaces every cast by its operand.
+struct StripCasts;
+
+impl datafusion::sql::sqlparser::ast::VisitorMut for StripCasts {
+    type Break = ();
+    fn post_visit_expr(&mut self, e: &mut Expr) -> std::ops::ControlFlow<()> {
+        if let Expr::Cast { expr, .. } = e {
+            let inner = std::mem::replace(
+                expr.as_mut(),
+                Expr::value(datafusion::sql::sqlparser::ast::Value::Null),
+            );
+            *e = inner;
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
 /// Function calls of a select list that differ only in casts of their arguments
 /// (`sum(reqs), sum(reqs::float8)`) would get the same DataFusion name (its names
 /// leave casts out) and be refused as duplicates: each later one gets its casts
@@ -193,20 +224,6 @@ pub fn mark_duplicates(sel: &mut datafusion::sql::sqlparser::ast::Select) {
 fn distinguish_casts(sel: &mut datafusion::sql::sqlparser::ast::Select) {
     use datafusion::sql::sqlparser::ast::{VisitMut, VisitorMut};
     use std::ops::ControlFlow;
-    struct Strip;
-    impl VisitorMut for Strip {
-        type Break = ();
-        fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
-            if let Expr::Cast { expr, .. } = e {
-                let inner = std::mem::replace(
-                    expr.as_mut(),
-                    Expr::value(datafusion::sql::sqlparser::ast::Value::Null),
-                );
-                *e = inner;
-            }
-            ControlFlow::Continue(())
-        }
-    }
     struct Wrap(usize);
     impl VisitorMut for Wrap {
         type Break = ();
@@ -234,9 +251,7 @@ fn distinguish_casts(sel: &mut datafusion::sql::sqlparser::ast::Select) {
         };
         let Expr::Function(_) = e else { continue };
         let full = e.to_string();
-        let mut stripped = e.clone();
-        let _ = stripped.visit(&mut Strip);
-        let key = stripped.to_string();
+        let key = without_casts(e);
         if key == full {
             plain.insert(key);
             continue;
@@ -259,9 +274,7 @@ fn distinguish_casts(sel: &mut datafusion::sql::sqlparser::ast::Select) {
         if depth[i] == 0 {
             continue;
         }
-        let mut stripped = e.clone();
-        let _ = stripped.visit(&mut Strip);
-        let key = stripped.to_string();
+        let key = without_casts(e);
         let clash = plain.contains(&key) || seen.get(&key).is_some_and(|v| v.len() > 1);
         // The first variant with casts needs no wrapping unless a cast-free one clashes.
         let n = if plain.contains(&key) {

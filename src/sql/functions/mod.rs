@@ -12,6 +12,7 @@ pub mod pgfuncs;
 pub mod pgtext;
 pub mod pgtypes;
 pub mod session_zone;
+pub mod spread;
 pub mod time_bucket;
 pub mod to_char;
 pub mod to_timestamp;

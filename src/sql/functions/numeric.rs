@@ -209,7 +209,7 @@ fn any_wide(args: &[DataType]) -> bool {
 }
 
 /// Field metadata marking a numeric whose values carry their own scale.
-fn own_scale_field(name: &str, t: DataType) -> FieldRef {
+pub(super) fn own_scale_field(name: &str, t: DataType) -> FieldRef {
     let meta = std::collections::HashMap::from([(
         super::pgtext::OWN_SCALE.to_string(),
         "true".to_string(),
@@ -453,21 +453,60 @@ impl ScalarUDFImpl for IntegerQuotient {
     }
 }
 
-/// `avg(numeric)` for `numeric` without a typmod, as PostgreSQL computes it: the
-/// exact sum divided by the count with PostgreSQL's division scale
-/// (`avg(1.5, 2.5)` = 2.0000000000000000, printed `2`), not DataFusion's four extra
-/// fraction digits past 38. The sum overflows (22003) past 38 integer digits.
+/// `avg` of a decimal (`numeric` with or without typmod), as PostgreSQL computes it:
+/// the exact sum divided by the count with PostgreSQL's division scale (at least 16
+/// significant digits: `avg(1.00, 1.00, 2.00)` = 1.3333333333333333), not
+/// DataFusion's four extra fraction digits. The result is a numeric without typmod;
+/// the sum overflows (22003) past 38 integer digits.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct NumericAvg {
     signature: Signature,
+    /// The input's fraction digits; `None` for a numeric without typmod, whose
+    /// values carry their own.
+    scale: Option<u32>,
 }
 
-impl Default for NumericAvg {
-    fn default() -> Self {
-        NumericAvg {
-            signature: Signature::exact(vec![ANY_NUMERIC], Volatility::Immutable),
-        }
+impl NumericAvg {
+    /// The average of a decimal column of type `t`, when it has at most
+    /// [`ANY_NUMERIC_SCALE`] fraction digits.
+    pub fn of(t: &DataType) -> Option<Self> {
+        let scale = match t {
+            t if is_any_numeric(t) => None,
+            DataType::Decimal128(_, s) | DataType::Decimal256(_, s)
+                if (0..=ANY_NUMERIC_SCALE).contains(s) =>
+            {
+                Some(*s as u32)
+            }
+            _ => return None,
+        };
+        Some(NumericAvg {
+            signature: Signature::any(1, Volatility::Immutable),
+            scale,
+        })
     }
+}
+
+/// Row `i` of a decimal array as a mantissa of [`ANY_NUMERIC_SCALE`] fraction digits.
+fn at_wide_scale(a: &ArrayRef, i: usize) -> Result<Option<i256>> {
+    use arrow::datatypes as t;
+    if a.is_null(i) {
+        return Ok(None);
+    }
+    let (m, s) = match a.data_type() {
+        DataType::Decimal256(_, s) => (a.as_primitive::<t::Decimal256Type>().value(i), *s),
+        DataType::Decimal128(_, s) => (
+            i256::from_i128(a.as_primitive::<t::Decimal128Type>().value(i)),
+            *s,
+        ),
+        other => return exec_err!("avg of a decimal got {other}"),
+    };
+    rescale(
+        m,
+        s.max(0) as u32,
+        ANY_NUMERIC_SCALE as u32,
+        ANY_NUMERIC_PRECISION,
+    )
+    .map(Some)
 }
 
 impl AggregateUDFImpl for NumericAvg {
@@ -497,6 +536,7 @@ impl AggregateUDFImpl for NumericAvg {
         Ok(Box::new(NumericAvgAcc {
             sum: i256::ZERO,
             count: 0,
+            scale: self.scale,
         }))
     }
 }
@@ -506,12 +546,16 @@ struct NumericAvgAcc {
     /// At [`ANY_NUMERIC_SCALE`].
     sum: i256,
     count: i64,
+    /// See [`NumericAvg`].
+    scale: Option<u32>,
 }
 
 impl NumericAvgAcc {
     fn add(&mut self, values: &ArrayRef, sign: i64) -> Result<()> {
-        let a = values.as_primitive::<arrow::datatypes::Decimal256Type>();
-        for v in a.iter().flatten() {
+        for i in 0..values.len() {
+            let Some(v) = at_wide_scale(values, i)? else {
+                continue;
+            };
             let v = if sign < 0 { v.wrapping_neg() } else { v };
             self.sum = self
                 .sum
@@ -534,17 +578,24 @@ impl Accumulator for NumericAvgAcc {
         true
     }
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        let scale = ANY_NUMERIC_SCALE as u32;
+        let wide = ANY_NUMERIC_SCALE as u32;
         let value = if self.count == 0 {
             None
         } else {
-            let (m, s) = trimmed(self.sum, scale);
+            // The sum at the input's scale (PostgreSQL's dscale of the sum).
+            let (m, s) = match self.scale {
+                None => trimmed(self.sum, wide),
+                Some(s) => (
+                    self.sum.wrapping_div(pow10(wide - s).unwrap_or(i256::ONE)),
+                    s,
+                ),
+            };
             Some(numeric_div(
                 m,
                 s,
                 i256::from_i128(i128::from(self.count)),
                 0,
-                scale,
+                wide,
                 ANY_NUMERIC_PRECISION,
             )?)
         };

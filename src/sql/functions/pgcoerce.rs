@@ -99,21 +99,47 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 datafusion::logical_expr::expr::ScalarFunction::new_udf(udf, vec![*left, *right]),
             ))
         }
-        // avg of integers and of numeric without typmod: the exact sum over the count
-        // with PostgreSQL's division scale (DataFusion's is float8 for integers and
-        // adds four fraction digits past 38 for the numeric).
+        // avg of integers and numerics: the exact sum over the count with PostgreSQL's
+        // division scale (DataFusion's is float8 for integers and adds four fraction
+        // digits for numerics); variance and stddev of them are numeric too.
         Expr::AggregateFunction(mut a)
-            if pg_avg(a.func.name(), &a.params.args, a.params.distinct, schema).is_some() =>
+            if pg_aggregate(
+                a.func.name(),
+                &a.params.args,
+                a.params.distinct,
+                false,
+                schema,
+            )
+            .is_some() =>
         {
-            if let Some(f) = pg_avg(a.func.name(), &a.params.args, a.params.distinct, schema) {
+            if let Some(f) = pg_aggregate(
+                a.func.name(),
+                &a.params.args,
+                a.params.distinct,
+                false,
+                schema,
+            ) {
                 a.func = f;
             }
             Transformed::yes(Expr::AggregateFunction(a))
         }
         Expr::WindowFunction(mut w)
-            if pg_avg(w.fun.name(), &w.params.args, w.params.distinct, schema).is_some() =>
+            if pg_aggregate(
+                w.fun.name(),
+                &w.params.args,
+                w.params.distinct,
+                !w.params.window_frame.is_ever_expanding(),
+                schema,
+            )
+            .is_some() =>
         {
-            if let Some(f) = pg_avg(w.fun.name(), &w.params.args, w.params.distinct, schema) {
+            if let Some(f) = pg_aggregate(
+                w.fun.name(),
+                &w.params.args,
+                w.params.distinct,
+                !w.params.window_frame.is_ever_expanding(),
+                schema,
+            ) {
                 w.fun = WindowFunctionDefinition::AggregateUDF(f);
             }
             Transformed::yes(Expr::WindowFunction(w))
@@ -290,6 +316,127 @@ fn integer_literals(e: Expr) -> Result<Transformed<Expr>> {
     })
 }
 
+/// A VALUES column where a float meets a numeric is float8, as in PostgreSQL:
+/// DataFusion's planner already cast every row to a decimal (`VALUES (0.1::float8),
+/// (0.2)` became numeric(30,15)), so those casts are replaced by casts to float8.
+fn values_float8(mut v: datafusion::logical_expr::Values) -> Result<LogicalPlan> {
+    let empty = DFSchema::empty();
+    let float_inside = |e: &Expr| match e {
+        Expr::Cast(c) if is_numeric(c.field.data_type()) => {
+            type_of(&c.expr, &empty).is_some_and(|t| is_float(&t))
+        }
+        _ => false,
+    };
+    let cols: Vec<usize> = (0..v.schema.fields().len())
+        .filter(|&j| {
+            is_numeric(v.schema.field(j).data_type())
+                && v.values
+                    .iter()
+                    .any(|row| row.get(j).is_some_and(float_inside))
+        })
+        .collect();
+    if cols.is_empty() {
+        return Ok(LogicalPlan::Values(v));
+    }
+    for row in &mut v.values {
+        for &j in &cols {
+            if let Some(e) = row.get_mut(j) {
+                let old = std::mem::replace(e, Expr::Literal(ScalarValue::Null, None));
+                let inner = match old {
+                    Expr::Cast(c) if is_numeric(c.field.data_type()) => *c.expr,
+                    other => other,
+                };
+                *e = match type_of(&inner, &empty) {
+                    Some(DataType::Float64) => inner,
+                    _ => to_float8(inner),
+                };
+            }
+        }
+    }
+    let fields: Vec<_> = v
+        .schema
+        .iter()
+        .enumerate()
+        .map(|(j, (q, f))| {
+            let f = if cols.contains(&j) {
+                Arc::new(f.as_ref().clone().with_data_type(DataType::Float64))
+            } else {
+                f.clone()
+            };
+            (q.cloned(), f)
+        })
+        .collect();
+    let schema = DFSchema::new_with_metadata(fields, v.schema.as_ref().metadata().clone())?;
+    v.schema = Arc::new(schema);
+    Ok(LogicalPlan::Values(v))
+}
+
+/// A UNION column where a float branch meets a numeric one is float8, as in
+/// PostgreSQL (DataFusion would unify to a decimal): the numeric branches are cast.
+fn union_float8(mut u: datafusion::logical_expr::Union) -> Result<LogicalPlan> {
+    use datafusion::logical_expr::{Projection, col};
+    let width = u.schema.fields().len();
+    let cols: Vec<usize> = (0..width)
+        .filter(|&j| {
+            let types: Vec<Option<DataType>> = u
+                .inputs
+                .iter()
+                .map(|i| {
+                    (i.schema().fields().len() == width)
+                        .then(|| i.schema().field(j).data_type().clone())
+                })
+                .collect();
+            mixes(&types)
+        })
+        .collect();
+    if cols.is_empty() {
+        return Ok(LogicalPlan::Union(u));
+    }
+    for input in &mut u.inputs {
+        let schema = input.schema().clone();
+        if !cols
+            .iter()
+            .any(|&j| is_numeric(schema.field(j).data_type()))
+        {
+            continue;
+        }
+        let exprs = schema
+            .iter()
+            .enumerate()
+            .map(|(j, (q, f))| {
+                let c = col(datafusion::common::Column::new(q.cloned(), f.name()));
+                if cols.contains(&j) && is_numeric(f.data_type()) {
+                    to_float8(c).alias(f.name())
+                } else {
+                    c
+                }
+            })
+            .collect();
+        *input = Arc::new(LogicalPlan::Projection(Projection::try_new(
+            exprs,
+            input.clone(),
+        )?));
+    }
+    let fields: Vec<_> = u
+        .schema
+        .iter()
+        .enumerate()
+        .map(|(j, (q, f))| {
+            let f = if cols.contains(&j) {
+                Arc::new(f.as_ref().clone().with_data_type(DataType::Float64))
+            } else {
+                f.clone()
+            };
+            (q.cloned(), f)
+        })
+        .collect();
+    u.schema = Arc::new(DFSchema::new_with_metadata(
+        fields,
+        u.schema.as_ref().metadata().clone(),
+    )?);
+    Ok(LogicalPlan::Union(u))
+}
+
 /// A VALUES column of integer literals that all fit int4 (or are NULL) is int4,
 /// as PostgreSQL types `VALUES (1), (2)`; a column of only NULLs is text.
 fn values_int4(mut v: datafusion::logical_expr::Values) -> Result<LogicalPlan> {
@@ -359,27 +506,37 @@ fn values_int4(mut v: datafusion::logical_expr::Values) -> Result<LogicalPlan> {
     Ok(LogicalPlan::Values(v))
 }
 
-/// PostgreSQL's `avg` of one argument where DataFusion's differs: integers and
-/// numeric without typmod.
-fn pg_avg(
+/// PostgreSQL's `avg`, `variance` and `stddev` family of one integer or numeric
+/// argument, where DataFusion's differ (float8 results, fewer digits).
+fn pg_aggregate(
     name: &str,
     args: &[Expr],
     distinct: bool,
+    sliding: bool,
     schema: &DFSchema,
 ) -> Option<Arc<datafusion::logical_expr::AggregateUDF>> {
+    use datafusion::logical_expr::AggregateUDF;
     let [arg] = args else {
         return None;
     };
-    if name != "avg" || distinct {
+    if distinct {
         return None;
     }
     let t = type_of(arg, schema)?;
-    let f = if t.is_integer() {
-        datafusion::logical_expr::AggregateUDF::from(super::pgfuncs::IntAvg::of(&t))
-    } else if crate::catalog::is_any_numeric(&t) {
-        datafusion::logical_expr::AggregateUDF::from(super::numeric::NumericAvg::default())
+    let f = if name == "avg" {
+        if t.is_integer() {
+            AggregateUDF::from(super::pgfuncs::IntAvg::of(&t))
+        } else {
+            AggregateUDF::from(super::numeric::NumericAvg::of(&t)?)
+        }
     } else {
-        return None;
+        let kind = super::spread::Spread::of_name(name)?;
+        match super::spread::NumericSpread::of(kind, &t) {
+            Some(f) => AggregateUDF::from(f),
+            // Sliding window frames need DataFusion's retractable version.
+            None if !sliding => AggregateUDF::from(super::spread::FloatSpread::of(kind, &t)?),
+            None => return None,
+        }
     };
     Some(Arc::new(f))
 }
@@ -434,7 +591,11 @@ impl AnalyzerRule for NumericMeetsFloat {
         let dml = matches!(plan, LogicalPlan::Dml(_));
         let out = plan.transform_up_with_subqueries(|node| {
             let node = match node {
-                LogicalPlan::Values(v) if !dml => values_int4(v)?,
+                LogicalPlan::Values(v) if !dml => match values_float8(v)? {
+                    LogicalPlan::Values(v) => values_int4(v)?,
+                    other => other,
+                },
+                LogicalPlan::Union(u) => union_float8(u)?,
                 other => other,
             };
             let mut schema = DFSchema::empty();
