@@ -11,6 +11,7 @@ pub mod pgcoerce;
 pub mod pgfuncs;
 pub mod pgtext;
 pub mod pgtypes;
+pub mod regex;
 pub mod session_zone;
 pub mod spread;
 pub mod time_bucket;
@@ -195,6 +196,14 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
     session_zone::register(ctx);
     to_timestamp::register(ctx);
     ctx.register_udf(ScalarUDF::from(format::Format::default()));
+    ctx.register_udf(ScalarUDF::from(regex::RegexpMatchesAll::default()));
+    for kind in [
+        numeric::ScaleFn::Scale,
+        numeric::ScaleFn::MinScale,
+        numeric::ScaleFn::TrimScale,
+    ] {
+        ctx.register_udf(ScalarUDF::from(numeric::NumericScale::new(kind)));
+    }
     pgfuncs::register(ctx);
     // PostgreSQL's names for functions DataFusion has under another.
     for (df, pg) in [("ceil", "ceiling"), ("signum", "sign")] {

@@ -726,3 +726,119 @@ mod tests {
         assert_eq!(digits(m(-999)), 3);
     }
 }
+
+/// `scale`, `min_scale` and `trim_scale` of a numeric (integers are taken as numerics
+/// of scale 0).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub enum ScaleFn {
+    /// The display scale: known for `numeric(p, s)` and literals; a numeric without
+    /// typmod does not keep its values' display scales here (0A000).
+    Scale,
+    /// The fewest fraction digits that represent the value exactly.
+    MinScale,
+    /// The value without trailing fractional zeros.
+    TrimScale,
+}
+
+/// A [`ScaleFn`] as a scalar function.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct NumericScale {
+    signature: Signature,
+    kind: ScaleFn,
+}
+
+impl NumericScale {
+    pub fn new(kind: ScaleFn) -> Self {
+        NumericScale {
+            signature: Signature::any(1, Volatility::Immutable),
+            kind,
+        }
+    }
+}
+
+impl ScalarUDFImpl for NumericScale {
+    fn name(&self) -> &str {
+        match self.kind {
+            ScaleFn::Scale => "scale",
+            ScaleFn::MinScale => "min_scale",
+            ScaleFn::TrimScale => "trim_scale",
+        }
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        let t = &args[0];
+        let exact = t.is_integer()
+            || t.is_null()
+            || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..));
+        if !exact {
+            return Err(sql_error(
+                "42883",
+                &format!(
+                    "function {}({t}) does not exist. Hint: it takes a numeric",
+                    self.name()
+                ),
+            ));
+        }
+        if self.kind == ScaleFn::Scale && is_any_numeric(t) {
+            return Err(sql_error(
+                "0A000",
+                "scale() of a numeric without typmod is not supported: Sundial does not keep each value's display scale (min_scale() gives the digits the value needs)",
+            ));
+        }
+        Ok(match self.kind {
+            ScaleFn::TrimScale => ANY_NUMERIC,
+            _ => DataType::Int32,
+        })
+    }
+    fn return_field_from_args(
+        &self,
+        args: datafusion::logical_expr::ReturnFieldArgs,
+    ) -> Result<FieldRef> {
+        let t = self.return_type(&arg_types(&args))?;
+        Ok(if self.kind == ScaleFn::TrimScale {
+            own_scale_field(self.name(), t)
+        } else {
+            Arc::new(Field::new(self.name(), t, true))
+        })
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let n = args.number_rows;
+        let (arrays, scalar) = super::arrays_of(&args)?;
+        let a = &arrays[0];
+        let declared = decimal_scale(a.data_type()).max(0) as u32;
+        let out: ArrayRef = match self.kind {
+            ScaleFn::TrimScale => {
+                let mut values = Vec::with_capacity(n);
+                for i in 0..n {
+                    values.push(match mantissa(a, i) {
+                        Some((m, s)) => Some(rescale(
+                            m,
+                            s,
+                            ANY_NUMERIC_SCALE as u32,
+                            ANY_NUMERIC_PRECISION,
+                        )?),
+                        None => None,
+                    });
+                }
+                decimal_array(values, &ANY_NUMERIC)?
+            }
+            ScaleFn::MinScale | ScaleFn::Scale => {
+                let values: Vec<Option<i32>> = (0..n)
+                    .map(|i| {
+                        mantissa(a, i).map(|(m, s)| {
+                            if self.kind == ScaleFn::Scale {
+                                declared as i32
+                            } else {
+                                trimmed(m, s).1 as i32
+                            }
+                        })
+                    })
+                    .collect();
+                Arc::new(arrow::array::Int32Array::from(values))
+            }
+        };
+        super::columnar(out, scalar)
+    }
+}

@@ -942,18 +942,33 @@ pub fn set_returning_items(sel: &mut ast::Select) {
             continue;
         };
         let parts = name_parts(&f.name);
-        let is_series = match parts.as_slice() {
-            [n] => ident_eq(n, "generate_series"),
-            [schema, n] => ident_eq(schema, "pg_catalog") && ident_eq(n, "generate_series"),
-            _ => false,
+        let name = match parts.as_slice() {
+            [n] => n,
+            [schema, n] if ident_eq(schema, "pg_catalog") => n,
+            _ => continue,
         };
-        if !is_series || f.over.is_some() || f.filter.is_some() {
+        let (set, array) = if ident_eq(name, "generate_series") {
+            ("generate_series", None)
+        } else if ident_eq(name, "regexp_matches") {
+            // One text[] per match: the array of them, unnested.
+            (
+                "regexp_matches",
+                Some(crate::sql::functions::regex::MATCHES_ALL),
+            )
+        } else {
+            continue;
+        };
+        if f.over.is_some() || f.filter.is_some() {
             continue;
         }
-        let unnest = call("unnest", vec![expr.clone()]);
+        let mut inner = expr.clone();
+        if let (Some(array), Expr::Function(g)) = (array, &mut inner) {
+            g.name = ast::ObjectName::from(vec![Ident::new(array)]);
+        }
+        let unnest = call("unnest", vec![inner]);
         *item = SelectItem::ExprWithAlias {
             expr: unnest,
-            alias: alias.unwrap_or_else(|| Ident::new("generate_series")),
+            alias: alias.unwrap_or_else(|| Ident::new(set)),
         };
     }
 }
