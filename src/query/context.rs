@@ -80,7 +80,8 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContex
 /// `HypertableScanExec` the rule only copied the time filter's `FilterExec` into the
 /// Parquet predicate a second time (pruning then evaluated every time bound twice),
 /// and it cost 5% of a one-host query's CPU.
-fn physical_rules() -> Vec<Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync>> {
+fn physical_rules()
+-> Vec<Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync>> {
     datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new()
         .rules
         .into_iter()

@@ -120,6 +120,25 @@ pub fn rename(schema: SchemaRef, names: Option<&[String]>) -> SchemaRef {
                 .map(|(f, name)| f.as_ref().clone().with_name(name))
                 .collect::<Vec<_>>(),
         )),
+        // `SELECT *` over a subquery: its items' own names, without the suffix that
+        // kept them unique (`int8#sundial1` is `int8`).
+        _ if schema
+            .fields()
+            .iter()
+            .any(|f| f.name().contains(UNIQUE_MARK)) =>
+        {
+            Arc::new(Schema::new_with_metadata(
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        let name = f.name().split(UNIQUE_MARK).next().unwrap_or_default();
+                        f.as_ref().clone().with_name(name)
+                    })
+                    .collect::<Vec<_>>(),
+                schema.metadata().clone(),
+            ))
+        }
         _ => schema,
     }
 }

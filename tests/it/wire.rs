@@ -307,6 +307,29 @@ async fn described_types_are_the_coerced_ones() {
     assert_eq!(y, [Decimal::from(1000), Decimal::from(5)]);
 }
 
+/// Result column names and types as PostgreSQL gives them where DataFusion would
+/// name two items alike (its names leave casts out): `SELECT 1, 1::int8` is
+/// `?column?` int4 and `int8` int8; repeated names read through `SELECT *` of a
+/// subquery lose the suffix that kept them apart inside.
+#[tokio::test]
+async fn items_named_alike_by_datafusion_keep_postgresql_names() {
+    let server = TestServer::start();
+    let client = server.connect("sundial").await;
+    for sql in [
+        "SELECT 1, 1::int8, 2 AS a, 3 AS a",
+        "SELECT * FROM (SELECT 1 AS \"?column?\", 1::int8 AS int8, 2 AS a, 3 AS a) t",
+    ] {
+        let rows = client.query(sql, &[]).await.expect(sql);
+        let cols = rows[0].columns();
+        let names: Vec<&str> = cols.iter().map(|c| c.name()).collect();
+        assert_eq!(names, ["?column?", "int8", "a", "a"], "{sql}");
+        assert_eq!(cols[0].type_(), &Type::INT4, "{sql}");
+        assert_eq!(cols[1].type_(), &Type::INT8, "{sql}");
+        assert_eq!(rows[0].get::<_, i64>(1), 1, "{sql}");
+        assert_eq!(rows[0].get::<_, i32>(3), 3, "{sql}");
+    }
+}
+
 /// A `numeric` column without a typmod reads the same in binary as in text: each
 /// value with its own scale (`100`, not `100.0000000000`).
 #[tokio::test]
