@@ -1539,7 +1539,7 @@ fn bind_and_simplify(
     let aggregate_param = plan
         .exists(|node| {
             Ok(matches!(node, LogicalPlan::Aggregate(a)
-                if a.aggr_expr.iter().chain(&a.group_expr).any(|e| pending(e))))
+                if a.aggr_expr.iter().chain(&a.group_expr).any(&pending)))
         })
         .unwrap_or(true);
     if aggregate_param {
@@ -1566,7 +1566,7 @@ fn bind_and_simplify(
                 Arc::new(merged)
             }
         };
-        if !node.expressions().iter().any(|e| pending(e)) {
+        if !node.expressions().iter().any(&pending) {
             return Ok(Transformed::no(node));
         }
         let info = SimplifyContext::builder()
