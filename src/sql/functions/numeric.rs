@@ -464,9 +464,22 @@ pub struct NumericAvg {
     /// The input's fraction digits; `None` for a numeric without typmod, whose
     /// values carry their own.
     scale: Option<u32>,
+    /// Averages `a / b` of two arguments: each quotient taken at PostgreSQL's
+    /// division scale for its row, the largest of which is the sum's scale (as
+    /// PostgreSQL's per-value display scales make it).
+    quotient: bool,
 }
 
 impl NumericAvg {
+    /// `avg(a / b)` of a numeric division (see [`NumericDiv`]).
+    pub fn of_quotient() -> Self {
+        NumericAvg {
+            signature: Signature::any(2, Volatility::Immutable),
+            scale: None,
+            quotient: true,
+        }
+    }
+
     /// The average of a decimal column of type `t`, when it has at most
     /// [`ANY_NUMERIC_SCALE`] fraction digits.
     pub fn of(t: &DataType) -> Option<Self> {
@@ -482,6 +495,7 @@ impl NumericAvg {
         Some(NumericAvg {
             signature: Signature::any(1, Volatility::Immutable),
             scale,
+            quotient: false,
         })
     }
 }
@@ -530,6 +544,11 @@ impl AggregateUDFImpl for NumericAvg {
                 DataType::Int64,
                 true,
             )),
+            Arc::new(Field::new(
+                format!("{}[scale]", args.name),
+                DataType::Int64,
+                true,
+            )),
         ])
     }
     fn accumulator(&self, _args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
@@ -537,6 +556,8 @@ impl AggregateUDFImpl for NumericAvg {
             sum: i256::ZERO,
             count: 0,
             scale: self.scale,
+            quotient: self.quotient,
+            dscale: 0,
         }))
     }
 }
@@ -548,12 +569,35 @@ struct NumericAvgAcc {
     count: i64,
     /// See [`NumericAvg`].
     scale: Option<u32>,
+    quotient: bool,
+    /// With `quotient`: the largest division scale of the quotients summed.
+    dscale: u32,
 }
 
 impl NumericAvgAcc {
-    fn add(&mut self, values: &ArrayRef, sign: i64) -> Result<()> {
-        for i in 0..values.len() {
-            let Some(v) = at_wide_scale(values, i)? else {
+    /// Row `i`'s `a / b` at [`ANY_NUMERIC_SCALE`], rounded at PostgreSQL's division
+    /// scale for it, which may raise the sum's scale.
+    fn quotient(&mut self, a: &ArrayRef, b: &ArrayRef, i: usize) -> Result<Option<i256>> {
+        let (Some((m1, s1)), Some((m2, s2))) = (mantissa(a, i), mantissa(b, i)) else {
+            return Ok(None);
+        };
+        let wide = ANY_NUMERIC_SCALE as u32;
+        if m2 != i256::ZERO {
+            self.dscale = self
+                .dscale
+                .max(div_scale(m1, s1, m2, s2).clamp(0, ANY_NUMERIC_SCALE as i32) as u32);
+        }
+        numeric_div(m1, s1, m2, s2, wide, ANY_NUMERIC_PRECISION).map(Some)
+    }
+
+    fn add(&mut self, values: &[ArrayRef], sign: i64) -> Result<()> {
+        for i in 0..values[0].len() {
+            let v = if self.quotient {
+                self.quotient(&values[0], &values[1], i)?
+            } else {
+                at_wide_scale(&values[0], i)?
+            };
+            let Some(v) = v else {
                 continue;
             };
             let v = if sign < 0 { v.wrapping_neg() } else { v };
@@ -569,10 +613,10 @@ impl NumericAvgAcc {
 
 impl Accumulator for NumericAvgAcc {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        self.add(&values[0], 1)
+        self.add(values, 1)
     }
     fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        self.add(&values[0], -1)
+        self.add(values, -1)
     }
     fn supports_retract_batch(&self) -> bool {
         true
@@ -584,6 +628,12 @@ impl Accumulator for NumericAvgAcc {
         } else {
             // The sum at the input's scale (PostgreSQL's dscale of the sum).
             let (m, s) = match self.scale {
+                // Exact: every quotient was rounded at no more than `dscale` digits.
+                None if self.quotient => (
+                    self.sum
+                        .wrapping_div(pow10(wide - self.dscale.min(wide)).unwrap_or(i256::ONE)),
+                    self.dscale.min(wide),
+                ),
                 None => trimmed(self.sum, wide),
                 Some(s) => (
                     self.sum.wrapping_div(pow10(wide - s).unwrap_or(i256::ONE)),
@@ -612,12 +662,19 @@ impl Accumulator for NumericAvgAcc {
         Ok(vec![
             ScalarValue::Decimal256(Some(self.sum), ANY_NUMERIC_PRECISION, ANY_NUMERIC_SCALE),
             ScalarValue::Int64(Some(self.count)),
+            ScalarValue::Int64(Some(i64::from(self.dscale))),
         ])
     }
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
         let sums = states[0].as_primitive::<arrow::datatypes::Decimal256Type>();
         let counts = states[1].as_primitive::<arrow::datatypes::Int64Type>();
+        let scales = states[2].as_primitive::<arrow::datatypes::Int64Type>();
         for i in 0..sums.len() {
+            if scales.is_valid(i) {
+                self.dscale = self
+                    .dscale
+                    .max(scales.value(i).clamp(0, i64::from(ANY_NUMERIC_SCALE)) as u32);
+            }
             if sums.is_valid(i) && counts.is_valid(i) {
                 self.sum = self
                     .sum

@@ -120,6 +120,9 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 schema,
             ) {
                 a.func = f;
+                if let Some(operands) = quotient_operands(&a.params.args) {
+                    a.params.args = operands;
+                }
             }
             Transformed::yes(Expr::AggregateFunction(a))
         }
@@ -141,6 +144,9 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 schema,
             ) {
                 w.fun = WindowFunctionDefinition::AggregateUDF(f);
+                if let Some(operands) = quotient_operands(&w.params.args) {
+                    w.params.args = operands;
+                }
             }
             Transformed::yes(Expr::WindowFunction(w))
         }
@@ -524,6 +530,12 @@ fn pg_aggregate(
     }
     let t = type_of(arg, schema)?;
     let f = if name == "avg" {
+        if quotient_operands(args).is_some() {
+            // Each quotient keeps its own division scale, which sets the sum's.
+            return Some(Arc::new(AggregateUDF::from(
+                super::numeric::NumericAvg::of_quotient(),
+            )));
+        }
         if t.is_integer() {
             AggregateUDF::from(super::pgfuncs::IntAvg::of(&t))
         } else {
@@ -539,6 +551,15 @@ fn pg_aggregate(
         }
     };
     Some(Arc::new(f))
+}
+
+/// The operands of an aggregate's one argument when it is a numeric division
+/// (`avg(reqs / 2.0)`): PostgreSQL gives each quotient its own display scale.
+fn quotient_operands(args: &[Expr]) -> Option<Vec<Expr>> {
+    match args {
+        [Expr::ScalarFunction(div)] if div.func.name() == "numeric_div" => Some(div.args.clone()),
+        _ => None,
+    }
 }
 
 /// `l / r` where one side is numeric and the other numeric or an integer.
