@@ -91,16 +91,34 @@ pub(super) fn mantissa(a: &ArrayRef, i: usize) -> Option<(i256, u32)> {
     }
 }
 
+/// Where the leading base-10000 digit of a value of `n` decimal digits at scale `s`
+/// sits in PostgreSQL's representation: its weight, and the power of ten it starts at.
+pub(super) fn weight_position(n: i64, s: u32) -> (i64, i64) {
+    let w = (n - 1 - i64::from(s)).div_euclid(4);
+    (w, i64::from(s) + 4 * w)
+}
+
+/// PostgreSQL's `select_div_scale` from the operands' weights, whether the
+/// dividend's leading base-10000 digit is not greater than the divisor's, and their
+/// scales: at least 16 significant digits, never fewer fractional digits than either
+/// input has.
+pub(super) fn select_div_scale(w1: i64, w2: i64, first_not_greater: bool, s1: u32, s2: u32) -> u32 {
+    let qweight = w1 - w2 - i64::from(first_not_greater);
+    (16 - qweight * 4)
+        .max(i64::from(s1))
+        .max(i64::from(s2))
+        .clamp(0, 1000) as u32
+}
+
 /// PostgreSQL's weight (position of the leading base-10000 digit) and leading
 /// base-10000 digit of `m × 10^-s`.
-fn weight_and_first(m: i256, s: u32) -> (i32, i256) {
+fn weight_and_first(m: i256, s: u32) -> (i64, i256) {
     let a = m.wrapping_abs();
-    let n = digits(a) as i32;
+    let n = digits(a);
     if n == 0 {
         return (0, i256::ZERO);
     }
-    let w = (n - 1 - s as i32).div_euclid(4);
-    let k = s as i32 + 4 * w;
+    let (w, k) = weight_position(i64::from(n), s);
     let first = if k >= 0 {
         pow10(k as u32).map_or(i256::ZERO, |p| a.wrapping_div(p))
     } else {
@@ -109,19 +127,11 @@ fn weight_and_first(m: i256, s: u32) -> (i32, i256) {
     (w, first)
 }
 
-/// PostgreSQL's `select_div_scale`: at least 16 significant digits, never fewer
-/// fractional digits than either input has.
+/// [`select_div_scale`] of `m1 × 10^-s1 / m2 × 10^-s2`.
 fn div_scale(m1: i256, s1: u32, m2: i256, s2: u32) -> i32 {
     let (w1, f1) = weight_and_first(m1, s1);
     let (w2, f2) = weight_and_first(m2, s2);
-    let mut qweight = w1 - w2;
-    if f1 <= f2 {
-        qweight -= 1;
-    }
-    (16 - qweight * 4)
-        .max(s1 as i32)
-        .max(s2 as i32)
-        .clamp(0, 1000)
+    select_div_scale(w1, w2, f1 <= f2, s1, s2) as i32
 }
 
 /// `num / den` rounded half away from zero.

@@ -17,6 +17,7 @@ use num_traits::{Signed, Zero};
 
 use crate::catalog::{ANY_NUMERIC, ANY_NUMERIC_PRECISION, ANY_NUMERIC_SCALE, is_any_numeric};
 
+use super::numeric::{select_div_scale, weight_position};
 use super::sql_error;
 
 /// Which of the six aggregates.
@@ -333,16 +334,13 @@ fn own_scale(m: &BigInt, s: u32) -> u32 {
     s.saturating_sub(zeros as u32)
 }
 
-/// PostgreSQL's weight (position of the leading base-10000 digit) and leading
-/// base-10000 digit of `m × 10^-s`.
+/// PostgreSQL's weight and leading base-10000 digit of `m × 10^-s`.
 fn weight_and_first(m: &BigInt, s: u32) -> (i64, BigInt) {
     let a = m.abs();
     if a.is_zero() {
         return (0, BigInt::zero());
     }
-    let n = a.to_string().len() as i64;
-    let w = (n - 1 - i64::from(s)).div_euclid(4);
-    let k = i64::from(s) + 4 * w;
+    let (w, k) = weight_position(a.to_string().len() as i64, s);
     let first = if k >= 0 {
         a / ten_pow(k as u32)
     } else {
@@ -355,14 +353,7 @@ fn weight_and_first(m: &BigInt, s: u32) -> (i64, BigInt) {
 fn div_scale(m1: &BigInt, s1: u32, m2: &BigInt, s2: u32) -> u32 {
     let (w1, f1) = weight_and_first(m1, s1);
     let (w2, f2) = weight_and_first(m2, s2);
-    let mut qweight = w1 - w2;
-    if f1 <= f2 {
-        qweight -= 1;
-    }
-    (16 - qweight * 4)
-        .max(i64::from(s1))
-        .max(i64::from(s2))
-        .clamp(0, 1000) as u32
+    select_div_scale(w1, w2, f1 <= f2, s1, s2)
 }
 
 /// `num / den` rounded half away from zero.
