@@ -448,7 +448,7 @@ impl ScanVariant for NewestRowsScan {
                 }
                 None => sources.push(Source::File {
                     path: f.path.clone(),
-                    read: h.parquet_scan(state, &schema, &[f], 1, None, None, None)?,
+                    read: h.parquet_scan(state, &schema, &[f], 1, None, None, None, false)?,
                 }),
             }
         }
