@@ -18,6 +18,9 @@ pub fn query_names(q: &Query) -> Option<Vec<String>> {
 
 fn set_names(body: &SetExpr) -> Option<Vec<String>> {
     match body {
+        SetExpr::Select(sel) if matches!(sel.projection.as_slice(), [SelectItem::Wildcard(_)]) => {
+            derived_names(sel)
+        }
         SetExpr::Select(sel) => sel
             .projection
             .iter()
@@ -38,6 +41,31 @@ fn set_names(body: &SetExpr) -> Option<Vec<String>> {
         SetExpr::Query(q) => query_names(q),
         _ => None,
     }
+}
+
+/// `SELECT * FROM (subquery) [AS t (columns)]`: the subquery's names, renamed by the
+/// alias's column list.
+fn derived_names(sel: &datafusion::sql::sqlparser::ast::Select) -> Option<Vec<String>> {
+    use datafusion::sql::sqlparser::ast::TableFactor;
+    let [from] = sel.from.as_slice() else {
+        return None;
+    };
+    if !from.joins.is_empty() {
+        return None;
+    }
+    let TableFactor::Derived {
+        subquery, alias, ..
+    } = &from.relation
+    else {
+        return None;
+    };
+    let mut names = query_names(subquery)?;
+    if let Some(a) = alias {
+        for (n, c) in names.iter_mut().zip(&a.columns) {
+            *n = ident(&c.name);
+        }
+    }
+    Some(names)
 }
 
 fn ident(i: &datafusion::sql::sqlparser::ast::Ident) -> String {

@@ -309,20 +309,29 @@ async fn described_types_are_the_coerced_ones() {
 
 /// Result column names and types as PostgreSQL gives them where DataFusion would
 /// name two items alike (its names leave casts out): `SELECT 1, 1::int8` is
-/// `?column?` int4 and `int8` int8; repeated names read through `SELECT *` of a
-/// subquery lose the suffix that kept them apart inside.
+/// `?column?` int4 and `int8` int8, also through `SELECT *` of a subquery (its
+/// items' names, or the alias's column list).
 #[tokio::test]
 async fn items_named_alike_by_datafusion_keep_postgresql_names() {
     let server = TestServer::start();
     let client = server.connect("sundial").await;
-    for sql in [
-        "SELECT 1, 1::int8, 2 AS a, 3 AS a",
-        "SELECT * FROM (SELECT 1 AS \"?column?\", 1::int8 AS int8, 2 AS a, 3 AS a) t",
+    let alike = ["?column?", "int8", "a", "a"];
+    for (sql, want) in [
+        ("SELECT 1, 1::int8, 2 AS a, 3 AS a", alike),
+        (
+            "SELECT * FROM (SELECT 1 AS \"?column?\", 1::int8 AS int8, 2 AS a, 3 AS a) t",
+            alike,
+        ),
+        ("SELECT * FROM (SELECT 1, 1::int8, 2 AS a, 3 AS a) t", alike),
+        (
+            "SELECT * FROM (SELECT 1, 1::int8, 2, 3) t (w, x, y, z)",
+            ["w", "x", "y", "z"],
+        ),
     ] {
         let rows = client.query(sql, &[]).await.expect(sql);
         let cols = rows[0].columns();
         let names: Vec<&str> = cols.iter().map(|c| c.name()).collect();
-        assert_eq!(names, ["?column?", "int8", "a", "a"], "{sql}");
+        assert_eq!(names, want, "{sql}");
         assert_eq!(cols[0].type_(), &Type::INT4, "{sql}");
         assert_eq!(cols[1].type_(), &Type::INT8, "{sql}");
         assert_eq!(rows[0].get::<_, i64>(1), 1, "{sql}");
