@@ -373,6 +373,9 @@ fn div_round(num: &BigInt, den: &BigInt) -> BigInt {
 
 impl SpreadAcc {
     fn add(&mut self, values: &ArrayRef, sign: i64) -> Result<()> {
+        if values.data_type().is_integer() && self.work == 0 {
+            return self.add_integers(values, sign);
+        }
         for i in 0..values.len() {
             let Some((m, s)) = value(values, i)? else {
                 continue;
@@ -391,6 +394,31 @@ impl SpreadAcc {
                 self.sum2 += sq;
             }
             self.n += sign;
+        }
+        Ok(())
+    }
+
+    /// Integers summed in machine words (`i128` sums, `i256` sums of squares: no
+    /// overflow below 10^18 rows of 64-bit values) and added to the exact sums once
+    /// per batch, instead of big-integer arithmetic per row.
+    fn add_integers(&mut self, values: &ArrayRef, sign: i64) -> Result<()> {
+        let a = arrow::compute::cast(values, &DataType::Decimal128(38, 0))?;
+        let a = a.as_primitive::<arrow::datatypes::Decimal128Type>();
+        let (mut sum, mut sum2, mut n) = (0i128, i256::ZERO, 0i64);
+        for v in a.iter().flatten() {
+            sum += v;
+            let w = i256::from_i128(v);
+            sum2 = sum2.wrapping_add(w.wrapping_mul(w));
+            n += 1;
+        }
+        if sign < 0 {
+            self.sum -= BigInt::from(sum);
+            self.sum2 -= big(sum2);
+            self.n -= n;
+        } else {
+            self.sum += BigInt::from(sum);
+            self.sum2 += big(sum2);
+            self.n += n;
         }
         Ok(())
     }
