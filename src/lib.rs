@@ -21,3 +21,8 @@ pub mod write;
 pub use config::Config;
 pub use engine::Engine;
 pub use error::{Error, Result};
+
+/// Stack of the threads that parse, plan and run statements. Syntax trees and
+/// DataFusion's expressions are recursive (cloned, compared and dropped by recursion);
+/// [`sql::complexity`] bounds a statement's nesting so that its deepest tree fits.
+pub const STATEMENT_STACK_BYTES: usize = 64 << 20;

@@ -165,6 +165,7 @@ fn run_to_exit<T, E: std::fmt::Display>(
 ) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(sundial::STATEMENT_STACK_BYTES)
         .build()
     {
         Ok(rt) => rt,

@@ -18,7 +18,7 @@ use crate::catalog::{ColumnDef, NewTable, SqlType, check_time_column};
 use crate::error::{Error, Result};
 
 /// Management functions called as `SELECT f(...)`.
-const FUNCTIONS: [&str; 4] = [
+pub const FUNCTIONS: [&str; 4] = [
     "create_hypertable",
     "sundial_flush",
     "sundial_compact",

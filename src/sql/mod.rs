@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod chunks;
+pub mod complexity;
 pub mod copy;
 pub mod copy_binary;
 pub mod cursor;
@@ -98,6 +99,26 @@ pub enum Step {
     Insert(Arc<crate::catalog::TableDef>, arrow::array::RecordBatch),
 }
 
+impl Step {
+    /// Whether this step only reads, so that abandoning it part-way (a cancel, a
+    /// `statement_timeout`) leaves nothing changed: a kept plan, or a query or EXPLAIN
+    /// that calls no management function and has no `INTO`.
+    pub fn read_only(&self) -> bool {
+        match self {
+            Step::Cached(_) => true,
+            Step::WholeQuery(stmt, _) | Step::Explain(stmt, _) => {
+                let text = stmt.to_string().to_ascii_lowercase();
+                !text.contains(" into ")
+                    && !ddl::FUNCTIONS
+                        .iter()
+                        .chain(chunks::FUNCTIONS.iter())
+                        .any(|f| text.contains(f))
+            }
+            Step::Statement(_) | Step::Insert(..) => false,
+        }
+    }
+}
+
 /// One connection's SQL state.
 pub struct Session {
     pub engine: Arc<Engine>,
@@ -130,6 +151,7 @@ impl std::fmt::Debug for Session {
 
 /// Parses SQL text (after the pre-pass) into statements, normalizing the AST.
 pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+    complexity::check(sql)?;
     let sql = prepass::rewrite(sql);
     let mut stmts =
         Parser::parse_sql(&PostgreSqlDialect {}, &sql).map_err(|e| Error::Parse(e.to_string()))?;

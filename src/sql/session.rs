@@ -286,6 +286,28 @@ fn datafusion_defaults(db: &str) -> datafusion::config::ConfigOptions {
     o
 }
 
+/// A time setting such as `statement_timeout` as PostgreSQL reads it: a number of
+/// milliseconds, or a number with one of the units `us`, `ms`, `s`, `min`, `h`, `d`.
+pub fn duration_setting(v: &str) -> Option<std::time::Duration> {
+    let v = v.trim().trim_matches('\'').trim();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (n, unit) = v.split_at(split);
+    let n: f64 = n.parse().ok()?;
+    let ms = match unit.trim() {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1_000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return None,
+    };
+    let ms = n * ms;
+    (ms.is_finite() && ms >= 0.0).then(|| std::time::Duration::from_secs_f64(ms / 1000.0))
+}
+
 /// Checks a time zone name and returns the form Arrow accepts.
 pub fn normalize_tz(tz: &str) -> Result<String> {
     let t = tz.trim();

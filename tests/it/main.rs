@@ -6,6 +6,7 @@ mod drivers;
 mod durability;
 mod errors;
 mod harness;
+mod hostile;
 mod influx;
 mod lastpoint;
 mod layers;

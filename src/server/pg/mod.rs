@@ -78,6 +78,12 @@ struct Conn {
     session: Session,
     /// Cancel token of the statement running now.
     cancel: Mutex<CancellationToken>,
+    /// Whether the statement's token was canceled by `statement_timeout` (not by
+    /// a CancelRequest), and the timer that does it.
+    timed_out: Arc<std::sync::atomic::AtomicBool>,
+    timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Whether the running statement only reads (its task may be abandoned).
+    read_only: std::sync::atomic::AtomicBool,
     /// A `COPY ... FROM STDIN` receiving data.
     copy: Mutex<Option<Box<sql::copy::CopyIn>>>,
 }
@@ -175,6 +181,9 @@ impl StartupHandler for Handler {
         let c = Arc::new(Conn {
             session,
             cancel: Mutex::new(CancellationToken::new()),
+            timed_out: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            timer: Mutex::new(None),
+            read_only: std::sync::atomic::AtomicBool::new(false),
             copy: Mutex::new(None),
         });
         self.registry
@@ -211,10 +220,12 @@ impl CancelHandler for Handler {
     }
 }
 
-/// Ends a row stream with 57014 once the statement is canceled.
+/// Ends a row stream with 57014 once the statement is canceled (by a CancelRequest
+/// or by `statement_timeout`).
 struct Cancelable<S> {
     inner: S,
     cancel: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    timed_out: Arc<std::sync::atomic::AtomicBool>,
     done: bool,
 }
 
@@ -229,7 +240,7 @@ where
         }
         if self.cancel.as_mut().poll(cx).is_ready() {
             self.done = true;
-            return Poll::Ready(Some(Err(to_pg(Error::Canceled))));
+            return Poll::Ready(Some(Err(to_pg(canceled(&self.timed_out)))));
         }
         self.inner.poll_next_unpin(cx)
     }
@@ -355,6 +366,7 @@ fn to_response(c: &Conn, out: Output, format: &Format) -> PgWireResult<Response>
             }
         }
         Output::Rows(schema, stream) => {
+            let stream = detached(stream);
             let fields = Arc::new(fields_for(&schema, format)?);
             let tz = c
                 .session
@@ -381,6 +393,7 @@ fn to_response(c: &Conn, out: Output, format: &Format) -> PgWireResult<Response>
             let rows = Cancelable {
                 inner: Box::pin(rows),
                 cancel: Box::pin(cancel.cancelled_owned()),
+                timed_out: c.timed_out.clone(),
                 done: false,
             };
             Response::Query(QueryResponse::new(fields, rows))
@@ -431,8 +444,74 @@ where
     Ok(())
 }
 
+/// A new cancel token for the statement about to run, canceled by a timer when the
+/// session's `statement_timeout` is set.
 fn fresh_cancel(c: &Conn) {
-    *c.cancel.lock() = CancellationToken::new();
+    let token = CancellationToken::new();
+    *c.cancel.lock() = token.clone();
+    c.timed_out
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    c.read_only
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let mut timer = c.timer.lock();
+    if let Some(t) = timer.take() {
+        t.abort();
+    }
+    let limit = c
+        .session
+        .settings
+        .read()
+        .get("statement_timeout")
+        .and_then(|v| sql::session::duration_setting(v));
+    if let Some(limit) = limit.filter(|d| !d.is_zero()) {
+        let flag = c.timed_out.clone();
+        *timer = Some(tokio::spawn(async move {
+            tokio::time::sleep(limit).await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            token.cancel();
+        }));
+    }
+}
+
+/// The error of a canceled statement: its timeout's or its client's.
+fn canceled(timed_out: &std::sync::atomic::AtomicBool) -> Error {
+    match timed_out.load(std::sync::atomic::Ordering::SeqCst) {
+        true => Error::sql("57014", "canceling statement due to statement timeout"),
+        false => Error::Canceled,
+    }
+}
+
+/// A task aborted when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// `stream`, computed by a task of its own on the statement runtime: whoever polls it
+/// (the connection's task, which also watches for cancellation) waits on a channel,
+/// never inside an operator that computes for seconds without yielding. Dropping it
+/// aborts the task.
+fn detached(
+    stream: datafusion::physical_plan::SendableRecordBatchStream,
+) -> datafusion::physical_plan::SendableRecordBatchStream {
+    let schema = stream.schema();
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    let task = crate::query::runtime::handle().spawn(async move {
+        let mut stream = stream;
+        while let Some(r) = stream.next().await {
+            if tx.send(r).await.is_err() {
+                break;
+            }
+        }
+    });
+    let task = AbortOnDrop(task);
+    let rows = futures::stream::unfold((rx, task), |(mut rx, task)| async move {
+        rx.recv().await.map(|r| (r, (rx, task)))
+    });
+    Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, rows))
 }
 
 /// `r`, after telling the session when it is an error (a block it fails in is
@@ -484,73 +563,109 @@ impl SimpleQueryHandler for Handler {
         let c = conn_of(client)?;
         let _active = Active::new(&self.active);
         fresh_cancel(&c);
-        let metrics = c.session.engine.metrics();
         let before = reported(&c);
-        let steps = match c.session.steps(query) {
-            Ok(s) => s,
-            Err(e) => {
-                c.session.note_error();
-                return Ok(vec![Response::Error(Box::new(err_info(e)))]);
-            }
-        };
-        // only comments (pgx's ping is `-- ping`): PostgreSQL answers EmptyQueryResponse
-        if steps.is_empty() {
-            return Ok(vec![Response::EmptyQuery]);
-        }
-        let implicit = c.session.implicit_transaction(&steps);
-        if implicit {
-            c.session.begin_implicit();
-        }
-        let mut out = vec![];
-        let mut ok = true;
-        for step in steps {
-            let started = std::time::Instant::now();
-            let res = std::panic::AssertUnwindSafe(c.session.run_step(step))
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Error::Internal("the statement failed unexpectedly".into()))
-                });
-            // Inside the implicit transaction a query's rows are read now: an error
-            // in them (a division by zero) must roll back the statements before it.
-            let res = match res {
-                Ok(sql::Output::Rows(schema, stream)) if implicit => {
-                    use futures::TryStreamExt;
-                    stream
-                        .try_collect::<Vec<_>>()
-                        .await
-                        .map_err(Error::from)
-                        .map(|batches| {
-                            let again =
-                                datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
-                                    schema.clone(),
-                                    futures::stream::iter(batches.into_iter().map(Ok)),
-                                );
-                            sql::Output::Rows(schema, Box::pin(again))
-                        })
-                }
-                other => other,
-            };
-            metrics.sql_query(started.elapsed(), res.is_err());
-            match res {
-                Ok(o) => out.push(to_response(&c, o, &Format::UnifiedText)?),
-                Err(e) => {
-                    ok = false;
-                    if !implicit {
-                        c.session.note_error();
-                    }
-                    out.push(Response::Error(Box::new(err_info(e))));
-                    break;
-                }
-            }
-        }
-        if implicit && let Err(e) = c.session.end_implicit(ok).await {
-            out.push(Response::Error(Box::new(err_info(e))));
-        }
+        let out = on_statement_runtime(&c, run_simple(c.clone(), query.to_string())).await?;
         report_changes(client, &c, &before).await?;
         let _ = client.flush().await;
         Ok(out)
     }
+}
+
+/// Runs `work` (a statement's planning and execution) on the statement runtime
+/// ([`crate::query::runtime`]). A cancel or `statement_timeout` of a statement that
+/// only reads (`work` says so in `Conn::read_only`) answers 57014 at once, even
+/// while `work` is inside a computation that does not yield, and abandons it; one
+/// that writes runs to its end, so that what the client is told is what happened.
+async fn on_statement_runtime<T: Send + 'static>(
+    c: &Conn,
+    work: impl std::future::Future<Output = PgWireResult<T>> + Send + 'static,
+) -> PgWireResult<T> {
+    let failed = |_| {
+        Err(to_pg(Error::Internal(
+            "the statement failed unexpectedly".into(),
+        )))
+    };
+    let token = c.cancel.lock().clone();
+    let mut task = crate::query::runtime::handle().spawn(work);
+    tokio::select! {
+        r = &mut task => return r.unwrap_or_else(failed),
+        _ = token.cancelled() => {}
+    }
+    if c.read_only.load(std::sync::atomic::Ordering::SeqCst) {
+        task.abort();
+        return Err(to_pg(canceled(&c.timed_out)));
+    }
+    task.await.unwrap_or_else(failed)
+}
+
+/// A simple-protocol query string: its statements run one after another (in an
+/// implicit transaction when there are several), the first error ending them.
+async fn run_simple(c: Arc<Conn>, query: String) -> PgWireResult<Vec<Response>> {
+    let metrics = c.session.engine.metrics();
+    let steps = match c.session.steps(&query) {
+        Ok(s) => s,
+        Err(e) => {
+            c.session.note_error();
+            return Ok(vec![Response::Error(Box::new(err_info(e)))]);
+        }
+    };
+    // only comments (pgx's ping is `-- ping`): PostgreSQL answers EmptyQueryResponse
+    if steps.is_empty() {
+        return Ok(vec![Response::EmptyQuery]);
+    }
+    c.read_only.store(
+        steps.iter().all(sql::Step::read_only),
+        std::sync::atomic::Ordering::SeqCst,
+    );
+    let implicit = c.session.implicit_transaction(&steps);
+    if implicit {
+        c.session.begin_implicit();
+    }
+    let mut out = vec![];
+    let mut ok = true;
+    for step in steps {
+        let started = std::time::Instant::now();
+        let res = std::panic::AssertUnwindSafe(c.session.run_step(step))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(Error::Internal("the statement failed unexpectedly".into())));
+        // Inside the implicit transaction a query's rows are read now: an error
+        // in them (a division by zero) must roll back the statements before it.
+        let res = match res {
+            Ok(sql::Output::Rows(schema, stream)) if implicit => {
+                use futures::TryStreamExt;
+                stream
+                    .try_collect::<Vec<_>>()
+                    .await
+                    .map_err(Error::from)
+                    .map(|batches| {
+                        let again =
+                            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                                schema.clone(),
+                                futures::stream::iter(batches.into_iter().map(Ok)),
+                            );
+                        sql::Output::Rows(schema, Box::pin(again))
+                    })
+            }
+            other => other,
+        };
+        metrics.sql_query(started.elapsed(), res.is_err());
+        match res {
+            Ok(o) => out.push(to_response(&c, o, &Format::UnifiedText)?),
+            Err(e) => {
+                ok = false;
+                if !implicit {
+                    c.session.note_error();
+                }
+                out.push(Response::Error(Box::new(err_info(e))));
+                break;
+            }
+        }
+    }
+    if implicit && let Err(e) = c.session.end_implicit(ok).await {
+        out.push(Response::Error(Box::new(err_info(e))));
+    }
+    Ok(out)
 }
 
 fn err_info(e: Error) -> ErrorInfo {
@@ -908,10 +1023,22 @@ impl ExtendedQueryHandler for Handler {
         };
         let started = std::time::Instant::now();
         let before = reported(&c);
-        let out = std::panic::AssertUnwindSafe(c.session.execute(prepared, params))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|_| Err(Error::Internal("the statement failed unexpectedly".into())));
+        let prepared = prepared.clone();
+        c.read_only.store(
+            matches!(prepared, Prepared::Plan { is_dml: false, .. }),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        let run = c.clone();
+        let out = on_statement_runtime(&c, async move {
+            let out = std::panic::AssertUnwindSafe(run.session.execute(&prepared, params))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::Internal("the statement failed unexpectedly".into()))
+                });
+            Ok(out)
+        })
+        .await?;
         c.session
             .engine
             .metrics()
