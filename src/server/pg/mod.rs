@@ -1023,20 +1023,19 @@ impl ExtendedQueryHandler for Handler {
         };
         let started = std::time::Instant::now();
         let before = reported(&c);
-        let prepared = prepared.clone();
         c.read_only.store(
             matches!(prepared, Prepared::Plan { is_dml: false, .. }),
             std::sync::atomic::Ordering::SeqCst,
         );
+        // The stored statement is shared, not copied; a panic ends the task, which
+        // `on_statement_runtime` reports as an internal error.
+        let stored = portal.statement.clone();
         let run = c.clone();
         let out = on_statement_runtime(&c, async move {
-            let out = std::panic::AssertUnwindSafe(run.session.execute(&prepared, params))
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Error::Internal("the statement failed unexpectedly".into()))
-                });
-            Ok(out)
+            Ok(run
+                .session
+                .execute(&stored.statement.prepared, params)
+                .await)
         })
         .await?;
         c.session
