@@ -98,3 +98,38 @@ async fn cancel_stops_a_query_that_computes_without_pause() {
     // The other connections were served all along, and still are.
     alive(&server).await;
 }
+
+/// Other clients are served while a long query runs, and their connections coming
+/// and going do not lose the long query's cancel key (every connection used to get
+/// the same backend pid, so the last one to close dropped the others' keys).
+#[tokio::test]
+async fn a_long_query_does_not_hold_up_other_clients_or_lose_its_cancel_key() {
+    let server = TestServer::start();
+    let (client, conn) = tokio_postgres::connect(&server.conn_str("sundial"), NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    let busy_pid = cells(text_rows(&client, "SELECT pg_backend_pid()").await);
+    let token = client.cancel_token();
+    let long = "SELECT count(*) FROM generate_series(1, 1000000) a, generate_series(1, 1000000) b";
+    let running = tokio::spawn(async move { client.simple_query(long).await.err() });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..2 {
+        let other = server.connect("sundial").await;
+        assert_eq!(
+            cells(text_rows(&other, "SELECT 41 + 1").await),
+            vec![vec!["42"]]
+        );
+        assert_ne!(
+            cells(text_rows(&other, "SELECT pg_backend_pid()").await),
+            busy_pid,
+            "each connection has its own backend pid"
+        );
+    }
+    // the two connections above are closed now
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    token.cancel_query(NoTls).await.expect("send cancel");
+    let e = running.await.expect("query task");
+    assert_eq!(e.as_ref().and_then(code), Some("57014"), "{e:?}");
+    alive(&server).await;
+}

@@ -98,6 +98,8 @@ pub struct Handler {
     active: Arc<std::sync::atomic::AtomicUsize>,
     manager: Arc<ConnectionManager>,
     registry: Arc<Registry>,
+    /// Hands out backend pids (a counter, unique per process) and secret keys.
+    pids: RandomPidSecretKeyGenerator,
     parser: Arc<Parser>,
 }
 
@@ -160,7 +162,7 @@ impl StartupHandler for Handler {
             .get(pgwire::api::METADATA_DATABASE)
             .cloned()
             .unwrap_or_else(|| user.clone());
-        let (pid, secret) = RandomPidSecretKeyGenerator::default().generate(client);
+        let (pid, secret) = self.pids.generate(client);
         let pid = (std::process::id() as i32)
             .wrapping_mul(1000)
             .wrapping_add(pid)
@@ -1168,6 +1170,7 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
         engine: engine.clone(),
         manager: Arc::new(ConnectionManager::new()),
         registry: Arc::new(Mutex::new(HashMap::new())),
+        pids: RandomPidSecretKeyGenerator::default(),
         parser: Arc::new(Parser),
         active: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
     });
