@@ -58,6 +58,13 @@ pub struct Config {
     pub chunk_interval_micros: i64,
     /// Memory limit of the query engine, in bytes.
     pub query_memory_limit: u64,
+    /// Postgres connections served at once; more get FATAL 53300.
+    pub max_connections: usize,
+    /// Line-protocol connections served at once on each of the HTTP and TCP ports;
+    /// more get HTTP 503 (TCP: closed at once).
+    pub lp_max_connections: usize,
+    /// A line-protocol connection that sends nothing for this long is closed.
+    pub lp_idle_timeout: Duration,
     pub log_level: String,
 }
 
@@ -77,6 +84,9 @@ impl Default for Config {
             flush_age: Duration::from_secs(300),
             chunk_interval_micros: 7 * 86_400 * 1_000_000,
             query_memory_limit: 2 * 1024 * 1024 * 1024,
+            max_connections: 100,
+            lp_max_connections: 1000,
+            lp_idle_timeout: Duration::from_secs(300),
             log_level: "info".to_string(),
         }
     }
@@ -100,6 +110,9 @@ pub struct Settings {
     pub flush_age: Option<String>,
     pub chunk_interval: Option<String>,
     pub query_memory_limit: Option<toml::Value>,
+    pub max_connections: Option<toml::Value>,
+    pub lp_max_connections: Option<toml::Value>,
+    pub lp_idle_timeout: Option<String>,
     pub log_level: Option<String>,
 }
 
@@ -132,6 +145,9 @@ impl Settings {
             flush_age,
             chunk_interval,
             query_memory_limit,
+            max_connections,
+            lp_max_connections,
+            lp_idle_timeout,
             log_level
         );
         self
@@ -199,11 +215,35 @@ impl Settings {
         if let Some(v) = self.query_memory_limit {
             c.query_memory_limit = parse_bytes("query_memory_limit", &v)?;
         }
+        if let Some(v) = self.max_connections {
+            c.max_connections = parse_count("max_connections", &v)?;
+        }
+        if let Some(v) = self.lp_max_connections {
+            c.lp_max_connections = parse_count("lp_max_connections", &v)?;
+        }
+        if let Some(v) = self.lp_idle_timeout {
+            c.lp_idle_timeout = humantime::parse_duration(&v)
+                .map_err(|e| Error::Config(format!("lp_idle_timeout `{v}`: {e}")))?;
+            if c.lp_idle_timeout.is_zero() {
+                return Err(Error::Config("lp_idle_timeout must be positive".into()));
+            }
+        }
         if let Some(v) = self.log_level {
             c.log_level = v;
         }
         Ok(c)
     }
+}
+
+/// A positive count, from a TOML integer or a string.
+fn parse_count(name: &str, v: &toml::Value) -> Result<usize> {
+    let n = match v {
+        toml::Value::Integer(i) => usize::try_from(*i).ok(),
+        toml::Value::String(s) => s.trim().parse::<usize>().ok(),
+        _ => None,
+    };
+    n.filter(|n| *n > 0)
+        .ok_or_else(|| Error::Config(format!("{name} must be a positive integer, not `{v}`")))
 }
 
 fn parse_addr(name: &str, s: &str) -> Result<SocketAddr> {

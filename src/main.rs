@@ -87,6 +87,15 @@ struct ServeArgs {
     /// Query engine memory limit (e.g. 2GiB).
     #[arg(long, env = "SUNDIAL_QUERY_MEMORY_LIMIT")]
     query_memory_limit: Option<String>,
+    /// Postgres connections served at once (default 100); more get 53300.
+    #[arg(long, env = "SUNDIAL_MAX_CONNECTIONS")]
+    max_connections: Option<String>,
+    /// Line-protocol connections per port (default 1000); more get HTTP 503.
+    #[arg(long, env = "SUNDIAL_LP_MAX_CONNECTIONS")]
+    lp_max_connections: Option<String>,
+    /// Close line-protocol connections idle this long (default 5m).
+    #[arg(long, env = "SUNDIAL_LP_IDLE_TIMEOUT")]
+    lp_idle_timeout: Option<String>,
     /// Log level or tracing filter (default info).
     #[arg(long, env = "SUNDIAL_LOG_LEVEL")]
     log_level: Option<String>,
@@ -108,6 +117,9 @@ impl ServeArgs {
             flush_age: self.flush_age.clone(),
             chunk_interval: self.chunk_interval.clone(),
             query_memory_limit: self.query_memory_limit.clone().map(toml::Value::String),
+            max_connections: self.max_connections.clone().map(toml::Value::String),
+            lp_max_connections: self.lp_max_connections.clone().map(toml::Value::String),
+            lp_idle_timeout: self.lp_idle_timeout.clone(),
             log_level: self.log_level.clone(),
         }
     }
@@ -142,6 +154,7 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    raise_fd_limit();
     run_to_exit(run(config))
 }
 
@@ -180,6 +193,15 @@ fn run_to_exit<T, E: std::fmt::Display>(
             eprintln!("sundial: error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit: every connection, WAL
+/// segment and chunk file needs a descriptor, and 1,024 is a common default.
+fn raise_fd_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => tracing::info!(limit = n, "open file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open file limit"),
     }
 }
 

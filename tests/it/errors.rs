@@ -655,3 +655,31 @@ async fn comment_only_queries_get_empty_query_response() {
         assert_eq!(tags, [b'I', b'Z'], "{q:?}");
     }
 }
+
+/// A message too short for its type (an empty Parse, Bind, Execute or Describe body)
+/// is a protocol violation: FATAL 08P01 and the connection closes; pgwire's decoder
+/// used to panic on them, leaving the client without an answer.
+#[tokio::test]
+async fn malformed_messages_get_08p01_and_the_server_keeps_serving() {
+    let server = TestServer::start();
+    for tag in [b'P', b'B', b'E', b'D', b'C'] {
+        let mut raw = Raw::startup(&server.pg_addr, "sundial").await;
+        raw.send(tag, &[]).await;
+        let (t, body) = raw.read_msg().await;
+        assert_eq!(
+            t, b'E',
+            "message {:?}: an ErrorResponse expected",
+            tag as char
+        );
+        assert_eq!(error_code(&body), "08P01", "message {:?}", tag as char);
+        // then the server closes the connection
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(30), raw.s.read_to_end(&mut rest))
+            .await
+            .expect("closed within the safety timeout")
+            .expect("read to end");
+        assert_eq!(n, 0, "nothing after the FATAL error: {rest:?}");
+    }
+    let mut raw = Raw::startup(&server.pg_addr, "sundial").await;
+    assert_eq!(raw.simple("SELECT 41 + 1").await, vec![Some("42".into())]);
+}

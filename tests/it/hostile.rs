@@ -133,3 +133,152 @@ async fn a_long_query_does_not_hold_up_other_clients_or_lose_its_cancel_key() {
     assert_eq!(e.as_ref().and_then(code), Some("57014"), "{e:?}");
     alive(&server).await;
 }
+
+/// Past `--max-connections` a startup gets FATAL 53300 (PostgreSQL's "too many
+/// clients"); a cancel request is still served, and a closed connection frees its slot.
+#[tokio::test]
+async fn postgres_connections_past_the_limit_get_53300() {
+    let server = TestServer::start_with_args(&["--max-connections", "2"], &[]);
+    let first = server.connect("sundial").await;
+    let second = server.connect("sundial").await;
+    let err = match tokio_postgres::connect(&server.conn_str("sundial"), NoTls).await {
+        Ok(_) => panic!("a third connection was accepted past max_connections 2"),
+        Err(e) => e,
+    };
+    assert_eq!(code(&err), Some("53300"), "{err:?}");
+    // A cancel request needs no slot.
+    first
+        .cancel_token()
+        .cancel_query(NoTls)
+        .await
+        .expect("cancel request served at the limit");
+    assert_eq!(cells(text_rows(&second, "SELECT 1").await), vec![vec!["1"]]);
+    drop(first);
+    // The slot comes back once the server has seen the close.
+    let mut again = None;
+    for _ in 0..100 {
+        if let Ok((c, conn)) = tokio_postgres::connect(&server.conn_str("sundial"), NoTls).await {
+            tokio::spawn(conn);
+            again = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let again = again.expect("a connection after one closed");
+    assert_eq!(cells(text_rows(&again, "SELECT 2").await), vec![vec!["2"]]);
+}
+
+/// Past `--lp-max-connections` the HTTP port answers 503 with Retry-After, and a
+/// connection idle for `--lp-idle-timeout` is closed, freeing its slot.
+#[tokio::test]
+async fn http_connections_past_the_limit_get_503_and_idle_ones_are_closed() {
+    use tokio::io::AsyncReadExt;
+    let server = TestServer::start_with_args(
+        &["--lp-max-connections", "2", "--lp-idle-timeout", "1s"],
+        &[],
+    );
+    let addr = server.http_addr.clone().expect("http port");
+    let mut idle1 = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let _idle2 = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resp = reqwest::Client::new()
+        .post(server.http_url("/write?db=lim"))
+        .body("m v=1 1")
+        .send()
+        .await
+        .expect("a refusal is an HTTP answer");
+    assert_eq!(resp.status().as_u16(), 503);
+    assert!(resp.headers().contains_key("retry-after"));
+    // The idle connections are closed by the server (read returns end of stream).
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(30), idle1.read(&mut buf))
+        .await
+        .expect("closed within the safety timeout")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    let mut ok = false;
+    for _ in 0..100 {
+        let r = reqwest::Client::new()
+            .post(server.http_url("/write?db=lim"))
+            .body("m v=1 1")
+            .send()
+            .await;
+        if let Ok(r) = r
+            && r.status().as_u16() == 204
+        {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok, "writes are accepted once idle connections are gone");
+}
+
+/// A client that goes away while its query computes takes the query with it: the
+/// statement is canceled, so its connection (here the only one allowed) is freed
+/// instead of waiting minutes for a result nobody reads.
+#[tokio::test]
+async fn a_query_stops_when_its_client_disconnects() {
+    let server = TestServer::start_with_args(&["--max-connections", "1"], &[]);
+    {
+        let (client, conn) = tokio_postgres::connect(&server.conn_str("sundial"), NoTls)
+            .await
+            .expect("connect");
+        let conn = tokio::spawn(conn);
+        let long =
+            "SELECT count(*) FROM generate_series(1, 1000000) a, generate_series(1, 1000000) b";
+        let running = tokio::spawn(async move { client.simple_query(long).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // drop the client and its socket mid-query
+        running.abort();
+        conn.abort();
+        let _ = running.await;
+        let _ = conn.await;
+    }
+    let mut served = None;
+    for _ in 0..300 {
+        if let Ok((c, conn)) = tokio_postgres::connect(&server.conn_str("sundial"), NoTls).await {
+            tokio::spawn(conn);
+            served = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let c = served.expect("the abandoned query gave its connection slot back");
+    assert_eq!(cells(text_rows(&c, "SELECT 7").await), vec![vec!["7"]]);
+}
+
+/// The extended protocol streams a result: the first rows of a two-billion-row
+/// series arrive without the server gathering the rest first (it used to collect the
+/// whole result before sending a row), and closing the connection stops the query.
+#[tokio::test]
+async fn extended_protocol_streams_a_huge_result() {
+    use futures::StreamExt;
+    let server = TestServer::start();
+    {
+        let client = server.connect("sundial").await;
+        let rows = client
+            .query_raw(
+                "SELECT g FROM generate_series(1, 2000000000) g",
+                std::iter::empty::<i64>(),
+            )
+            .await
+            .expect("extended-protocol query");
+        futures::pin_mut!(rows);
+        let mut first = vec![];
+        while first.len() < 3 {
+            let r = tokio::time::timeout(Duration::from_secs(60), rows.next())
+                .await
+                .expect("rows arrive within the safety timeout")
+                .expect("a row")
+                .expect("row ok");
+            first.push(r.get::<_, i64>(0));
+        }
+        assert_eq!(first, vec![1, 2, 3]);
+    }
+    alive(&server).await;
+}

@@ -2,6 +2,7 @@
 //! `/api/v3/write_lp`, `/api/v1/write` (CnosDB), `/ping`, `/health`, `/metrics`,
 //! the `/query` statements agents send at start, and the raw TCP listener.
 
+mod listener;
 pub mod tcp;
 
 use std::collections::HashMap;
@@ -39,6 +40,11 @@ enum Api {
 /// Serves the HTTP port until shutdown.
 pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
     let shutdown = engine.stopping().clone();
+    let listener = listener::Limited::new(
+        listener,
+        engine.config().lp_max_connections,
+        engine.config().lp_idle_timeout,
+    );
     let app = Router::new()
         .route("/write", post(write_v1))
         .route("/api/v1/write", post(write_v1))

@@ -12,18 +12,23 @@ use crate::lineproto::{self, Precision, WriteOptions};
 
 /// Bytes gathered before a batch is written even if more are coming.
 const BATCH_BYTES: usize = 1024 * 1024;
-/// A connection silent this long is closed (its complete lines are kept).
-const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
-
 /// Accepts connections until shutdown.
+/// Past `lp_max_connections` a new connection is closed at once.
 pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
+    let limit = engine.config().lp_max_connections;
+    let slots = Arc::new(tokio::sync::Semaphore::new(limit));
     loop {
         tokio::select! {
             _ = engine.stopping().cancelled() => return,
             acc = listener.accept() => match acc {
                 Ok((sock, peer)) => {
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        tracing::warn!(%peer, limit, "line-protocol TCP connection refused: lp_max_connections reached");
+                        continue;
+                    };
                     let engine = engine.clone();
                     tokio::spawn(async move {
+                        let _slot = slot;
                         if let Err(e) = connection(&engine, sock).await {
                             tracing::warn!(%peer, error = %e, "line-protocol TCP connection failed");
                         }
@@ -38,7 +43,10 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
     }
 }
 
+/// Reads lines until the peer closes, or sends nothing for `lp_idle_timeout` (the
+/// complete lines are kept either way).
 async fn connection(engine: &Engine, mut sock: TcpStream) -> crate::Result<()> {
+    let idle = engine.config().lp_idle_timeout;
     let limit = engine.config().http_max_body_size as usize;
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
@@ -48,7 +56,7 @@ async fn connection(engine: &Engine, mut sock: TcpStream) -> crate::Result<()> {
         let n = tokio::select! {
             // Shutdown: the unfinished last line is not written (it may be cut short).
             _ = engine.stopping().cancelled() => return Ok(()),
-            r = tokio::time::timeout(IDLE_TIMEOUT, sock.read(&mut chunk)) => match r {
+            r = tokio::time::timeout(idle, sock.read(&mut chunk)) => match r {
                 Ok(r) => r.map_err(|e| crate::Error::io("reading line protocol", e))?,
                 Err(_) => 0, // idle: treat as end of stream
             },

@@ -2,6 +2,7 @@
 //! database check, simple and extended query, cancel requests, and encoding of
 //! Arrow results in text or binary per column.
 
+mod conn;
 mod params;
 
 use std::collections::HashMap;
@@ -28,8 +29,8 @@ use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
-    ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireServerHandlers,
-    PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
+    ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PidSecretKeyGenerator,
+    RandomPidSecretKeyGenerator, Type,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
@@ -931,7 +932,7 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let r = self._on_execute(client, message).await;
+        let r = self.execute_portal(client, message).await;
         match conn_of(client) {
             Ok(c) => noted(&c, r),
             Err(_) => r,
@@ -1049,6 +1050,143 @@ impl ExtendedQueryHandler for Handler {
     }
 }
 
+impl Handler {
+    /// Execute: runs the portal's statement on its first Execute, then sends up to
+    /// `max_rows` rows (all when 0) straight from the result stream, so a large
+    /// result is never gathered in memory; a portal with rows left is suspended and
+    /// the next Execute goes on from where it stopped.
+    async fn execute_portal<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Stmt>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        use pgwire::api::PgWireConnectionState as State;
+        use pgwire::api::portal::PortalExecutionState as Run;
+        use pgwire::messages::extendedquery::PortalSuspended;
+        use pgwire::messages::response::EmptyQueryResponse;
+        if !matches!(client.state(), State::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        let mut status = client.transaction_status();
+        client.set_state(State::QueryInProgress);
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        let max_rows = usize::try_from(message.max_rows).unwrap_or(0);
+        let portal = match client.portal_store().get_portal(name) {
+            Some(pgwire::api::store::Entry::Value(p)) => p,
+            Some(pgwire::api::store::Entry::Empty) => {
+                client
+                    .feed(PgWireBackendMessage::EmptyQueryResponse(
+                        EmptyQueryResponse::new(),
+                    ))
+                    .await?;
+                client.set_state(State::ReadyForQuery);
+                return Ok(());
+            }
+            None => {
+                client.set_state(State::ReadyForQuery);
+                return Err(PgWireError::PortalNotFound(name.to_owned()));
+            }
+        };
+        let state = portal.state();
+        let initial = matches!(*state.lock().await, Run::Initial);
+        let mut has_rows = !initial;
+        if initial {
+            let resp = match ExtendedQueryHandler::do_query(self, client, portal.as_ref(), max_rows)
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    client.set_state(State::ReadyForQuery);
+                    return Err(e);
+                }
+            };
+            match resp {
+                Response::Query(results) => {
+                    portal.start(results).await;
+                    has_rows = true;
+                }
+                Response::EmptyQuery => {
+                    client
+                        .feed(PgWireBackendMessage::EmptyQueryResponse(
+                            EmptyQueryResponse::new(),
+                        ))
+                        .await?;
+                }
+                Response::Execution(tag) => {
+                    pgwire::api::query::send_execution_response(client, tag).await?;
+                }
+                Response::TransactionStart(tag) => {
+                    pgwire::api::query::send_execution_response(client, tag).await?;
+                    status = status.to_in_transaction_state();
+                }
+                Response::TransactionEnd(tag) => {
+                    pgwire::api::query::send_execution_response(client, tag).await?;
+                    status = status.to_idle_state();
+                    client.portal_store().rm_portal(pgwire::api::DEFAULT_NAME);
+                }
+                Response::Error(err) => {
+                    client
+                        .send(PgWireBackendMessage::ErrorResponse((*err).into()))
+                        .await?;
+                    status = status.to_error_state();
+                }
+                Response::CopyIn(result) => {
+                    client.set_state(State::CopyInProgress(true));
+                    pgwire::api::copy::send_copy_in_response(client, result).await?;
+                }
+                Response::CopyOut(result) => {
+                    pgwire::api::copy::send_copy_out_response(client, result).await?;
+                }
+                Response::CopyBoth(result) => {
+                    client.set_state(State::CopyInProgress(true));
+                    pgwire::api::copy::send_copy_both_response(client, result).await?;
+                }
+            }
+        }
+        if has_rows {
+            let mut run = state.lock().await;
+            let mut sent = 0usize;
+            let mut suspended = false;
+            let mut tag = String::from("SELECT");
+            if let Run::Suspended(results) = &mut *run {
+                tag = results.command_tag().to_owned();
+                let rows = results.data_rows();
+                loop {
+                    if max_rows > 0 && sent == max_rows {
+                        suspended = true;
+                        break;
+                    }
+                    match rows.next().await {
+                        Some(row) => {
+                            client.feed(PgWireBackendMessage::DataRow(row?)).await?;
+                            sent += 1;
+                        }
+                        None => break,
+                    }
+                }
+            }
+            if suspended {
+                client
+                    .send(PgWireBackendMessage::PortalSuspended(PortalSuspended::new()))
+                    .await?;
+            } else {
+                *run = Run::Finished;
+                let tag = Tag::new(&tag).with_rows(sent);
+                client
+                    .send(PgWireBackendMessage::CommandComplete(tag.into()))
+                    .await?;
+            }
+        }
+        if !matches!(client.state(), State::CopyInProgress(_)) {
+            client.set_state(State::ReadyForQuery);
+            client.set_transaction_status(status);
+        }
+        Ok(())
+    }
+}
+
 /// Casts bound values to the types the plan expects.
 fn coerce_params(
     values: datafusion::common::ParamValues,
@@ -1076,11 +1214,6 @@ fn coerce_params(
         }
         other => Ok(other),
     }
-}
-
-/// Handler factory handed to pgwire for each socket.
-pub struct Factory {
-    handler: Arc<Handler>,
 }
 
 #[async_trait]
@@ -1146,24 +1279,6 @@ impl CopyHandler for Handler {
     }
 }
 
-impl PgWireServerHandlers for Factory {
-    fn copy_handler(&self) -> Arc<impl CopyHandler> {
-        self.handler.clone()
-    }
-    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
-        self.handler.clone()
-    }
-    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        self.handler.clone()
-    }
-    fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        self.handler.clone()
-    }
-    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
-        self.handler.clone()
-    }
-}
-
 /// Accepts Postgres clients until shutdown.
 pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
     let handler = Arc::new(Handler {
@@ -1174,9 +1289,8 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
         parser: Arc::new(Parser),
         active: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
     });
-    let factory = Arc::new(Factory {
-        handler: handler.clone(),
-    });
+    let limit = engine.config().max_connections;
+    let slots = Arc::new(tokio::sync::Semaphore::new(limit));
     let shutdown = engine.stopping().clone();
     loop {
         tokio::select! {
@@ -1184,10 +1298,13 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
             acc = listener.accept() => match acc {
                 Ok((sock, _)) => {
                     let _ = sock.set_nodelay(true);
-                    let f = factory.clone();
+                    let slot = slots.clone().try_acquire_owned().ok();
+                    if slot.is_none() {
+                        tracing::warn!(limit, "Postgres connection refused: max_connections reached");
+                    }
                     let h = handler.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = pgwire::tokio::process_socket(sock, None, f).await {
+                        if let Err(e) = conn::serve(sock, h.clone(), slot).await {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
                         // forget sessions whose connection is gone

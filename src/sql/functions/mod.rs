@@ -12,6 +12,7 @@ pub mod pgfuncs;
 pub mod pgtext;
 pub mod pgtypes;
 pub mod regex;
+pub mod series;
 pub mod session_zone;
 pub mod spread;
 pub mod time_bucket;
@@ -205,6 +206,11 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
         ctx.register_udf(ScalarUDF::from(numeric::NumericScale::new(kind)));
     }
     pgfuncs::register(ctx);
+    ctx.register_udtf(
+        "generate_series",
+        Arc::new(series::Series::generate_series()),
+    );
+    ctx.register_udtf("range", Arc::new(series::Series::range()));
     // PostgreSQL's names for functions DataFusion has under another.
     for (df, pg) in [("ceil", "ceiling"), ("signum", "sign")] {
         if let Ok(f) = datafusion::execution::FunctionRegistry::udf(ctx, df) {

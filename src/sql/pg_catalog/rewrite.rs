@@ -68,7 +68,8 @@ fn alias_with_column(alias: Option<TableAlias>, default: &str) -> TableAlias {
     a
 }
 
-/// Table functions DataFusion plans itself (with literal arguments).
+/// Table functions planned as tables when their arguments are constants
+/// ([`crate::sql::functions::series`]).
 const TABLE_FUNCTIONS: [&str; 2] = ["generate_series", "range"];
 
 /// Rewrites a `FROM` item: unqualified catalog names get `pg_catalog.`, functions lose
@@ -115,10 +116,7 @@ pub fn table_factor(tf: &mut TableFactor) {
         }
         return;
     }
-    let literal_args = exprs.iter().all(|e| {
-        matches!(e, Expr::Value(_))
-            || matches!(e, Expr::UnaryOp { expr, .. } if matches!(expr.as_ref(), Expr::Value(_)))
-    });
+    let constant_args = exprs.iter().all(is_numeric_constant);
     if fname == "unnest" {
         *tf = TableFactor::UNNEST {
             alias: Some(alias_with_column(alias.take(), "unnest")),
@@ -129,11 +127,12 @@ pub fn table_factor(tf: &mut TableFactor) {
         };
         return;
     }
-    if TABLE_FUNCTIONS.contains(&fname.as_str()) && literal_args {
+    if TABLE_FUNCTIONS.contains(&fname.as_str()) && constant_args {
         *alias = Some(alias_with_column(alias.take(), &fname));
         return;
     }
-    // generate_series with computed bounds, or a scalar function: one derived table.
+    // generate_series with bounds from columns or parameters, or a scalar function:
+    // one derived table.
     let a = alias_with_column(alias.take(), &fname);
     let col = a.columns[0].name.clone();
     let mut item = call(&fname, exprs);
@@ -152,6 +151,51 @@ pub fn table_factor(tf: &mut TableFactor) {
         }),
         sample: None,
     };
+}
+
+/// Whether `e` is a number built from literals (`1e9`, `10 * 1000`, `-5`,
+/// `10::int2`, NULL): the series table function folds it to a bigint when the query
+/// is planned and streams the rows. Anything else (timestamps, intervals, columns,
+/// parameters) goes the general way.
+fn is_numeric_constant(e: &Expr) -> bool {
+    match e {
+        Expr::Value(v) => matches!(v.value, ast::Value::Number(..) | ast::Value::Null),
+        Expr::Nested(x) => is_numeric_constant(x),
+        Expr::UnaryOp { expr, .. } => is_numeric_constant(expr),
+        Expr::BinaryOp { left, op, right } => {
+            matches!(
+                op,
+                ast::BinaryOperator::Plus
+                    | ast::BinaryOperator::Minus
+                    | ast::BinaryOperator::Multiply
+                    | ast::BinaryOperator::Divide
+                    | ast::BinaryOperator::Modulo
+            ) && is_numeric_constant(left)
+                && is_numeric_constant(right)
+        }
+        Expr::Cast {
+            expr, data_type, ..
+        } => {
+            matches!(
+                data_type,
+                DataType::SmallInt(_)
+                    | DataType::Int(_)
+                    | DataType::Integer(_)
+                    | DataType::BigInt(_)
+                    | DataType::Int2(_)
+                    | DataType::Int4(_)
+                    | DataType::Int8(_)
+                    | DataType::Numeric(_)
+                    | DataType::Decimal(_)
+                    | DataType::Real
+                    | DataType::Float4
+                    | DataType::Float8
+                    | DataType::Double(_)
+                    | DataType::DoublePrecision
+            ) && is_numeric_constant(expr)
+        }
+        _ => false,
+    }
 }
 
 /// `SELECT item AS col`.

@@ -1,0 +1,146 @@
+//! One Postgres client connection: TLS negotiation, the startup deadline, the
+//! connection limit (53300), the message loop, and a watch that cancels the running
+//! statement when the client goes away. A malformed message (one pgwire's decoder
+//! rejects, or panics on) ends the connection with a FATAL 08P01 error.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, SinkExt, StreamExt};
+use pgwire::api::{ClientInfo, PgWireConnectionState};
+use pgwire::error::ErrorInfo;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::{AbortOnDrop, Conn, ConnRef, Handler};
+
+/// A client must finish startup (and authentication) within this time.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Serves one client until it leaves. `slot` is its place under the connection
+/// limit, `None` when the limit is reached: then only a CancelRequest is served and
+/// a startup gets FATAL 53300, as PostgreSQL answers past `max_connections`.
+pub(super) async fn serve(
+    sock: TcpStream,
+    h: Arc<Handler>,
+    slot: Option<OwnedSemaphorePermit>,
+) -> std::io::Result<()> {
+    let startup = tokio::time::sleep(STARTUP_TIMEOUT);
+    tokio::pin!(startup);
+    // A second handle on the socket, only ever polled for the peer's close.
+    let mut probe = probe(&sock);
+    let mut watch = None;
+    let socket = tokio::select! {
+        _ = &mut startup => return Ok(()),
+        s = negotiate_tls(sock, None) => s?,
+    };
+    // A client asking for direct TLS while none is configured.
+    let Some(mut socket) = socket else {
+        return Ok(());
+    };
+    loop {
+        let starting = matches!(
+            socket.state(),
+            PgWireConnectionState::AwaitingStartup
+                | PgWireConnectionState::AuthenticationInProgress
+        );
+        // pgwire's decoder panics on some malformed bodies (an empty Parse, Bind,
+        // Execute or Describe reads past the message): that is the client's error.
+        let next = AssertUnwindSafe(socket.next()).catch_unwind();
+        let msg = if starting {
+            tokio::select! {
+                _ = &mut startup => return Ok(()),
+                m = next => m,
+            }
+        } else {
+            next.await
+        };
+        let msg = match msg {
+            Ok(None) => return Ok(()),
+            Ok(Some(Ok(m))) => m,
+            Ok(Some(Err(e))) => {
+                tracing::debug!(error = %e, "malformed message from a Postgres client");
+                return fatal(&mut socket, "08P01", format!("invalid message: {e}")).await;
+            }
+            Err(_) => {
+                tracing::debug!("malformed message from a Postgres client (decoder panicked)");
+                return fatal(&mut socket, "08P01", "invalid message format".into()).await;
+            }
+        };
+        match &msg {
+            PgWireFrontendMessage::Terminate(_) => return Ok(()),
+            PgWireFrontendMessage::Startup(_) if slot.is_none() => {
+                return fatal(
+                    &mut socket,
+                    "53300",
+                    "sorry, too many clients already".into(),
+                )
+                .await;
+            }
+            _ => {}
+        }
+        let extended = match socket.state() {
+            PgWireConnectionState::CopyInProgress(extended) => extended,
+            _ => msg.is_extended_query(),
+        };
+        let result = process_message(
+            msg,
+            &mut socket,
+            h.clone(),
+            h.clone(),
+            h.clone(),
+            h.clone(),
+            h.clone(),
+        )
+        .await;
+        if let Err(e) = result {
+            process_error(&mut socket, e, extended).await?;
+        }
+        if watch.is_none()
+            && let Some(c) = socket.session_extensions().get::<ConnRef>()
+            && let Some(p) = probe.take()
+        {
+            let c = c.0.clone();
+            watch = Some(AbortOnDrop(tokio::spawn(watch_disconnect(p, c))));
+        }
+    }
+}
+
+/// A handle on the same socket for [`watch_disconnect`], if one can be made.
+fn probe(sock: &TcpStream) -> Option<TcpStream> {
+    use std::os::fd::AsFd;
+    let fd = sock.as_fd().try_clone_to_owned().ok()?;
+    let std = std::net::TcpStream::from(fd);
+    TcpStream::from_std(std).ok()
+}
+
+/// Cancels the running statement once the client has closed its end: a query whose
+/// reader is gone must not go on using the server's cores and memory. Only waits for
+/// readiness; it never reads, so messages stay for the connection's loop.
+async fn watch_disconnect(probe: TcpStream, c: Arc<Conn>) {
+    loop {
+        match probe.ready(tokio::io::Interest::READABLE).await {
+            Ok(r) if r.is_read_closed() => break,
+            // Messages are waiting (the loop reads them when the statement is done).
+            Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(_) => break,
+        }
+    }
+    tracing::debug!("Postgres client closed its connection; canceling its statement");
+    c.cancel.lock().cancel();
+}
+
+/// Sends a FATAL error and closes the connection.
+async fn fatal<S>(socket: &mut S, code: &str, message: String) -> std::io::Result<()>
+where
+    S: futures::Sink<PgWireBackendMessage, Error = std::io::Error> + Unpin,
+{
+    let info = ErrorInfo::new("FATAL".into(), code.into(), message);
+    socket
+        .send(PgWireBackendMessage::ErrorResponse(info.into()))
+        .await?;
+    socket.close().await
+}
