@@ -50,6 +50,8 @@ pub struct Config {
     /// Create a database on its first line-protocol write (else 404).
     pub lp_create_databases: bool,
     pub wal_fsync: FsyncPolicy,
+    /// Start even when WAL records are missing (a deleted segment), logging the loss.
+    pub wal_accept_loss: bool,
     /// Flush memtables once they hold this many bytes in total.
     pub flush_size: u64,
     /// Flush a memtable once its oldest row is this old.
@@ -80,6 +82,7 @@ impl Default for Config {
             http_auth_token: None,
             lp_create_databases: true,
             wal_fsync: FsyncPolicy::Fsync,
+            wal_accept_loss: false,
             flush_size: 128 * 1024 * 1024,
             flush_age: Duration::from_secs(300),
             chunk_interval_micros: 7 * 86_400 * 1_000_000,
@@ -106,6 +109,7 @@ pub struct Settings {
     pub http_auth_token: Option<String>,
     pub lp_create_databases: Option<String>,
     pub wal_fsync: Option<String>,
+    pub wal_accept_loss: Option<String>,
     pub flush_size: Option<toml::Value>,
     pub flush_age: Option<String>,
     pub chunk_interval: Option<String>,
@@ -141,6 +145,7 @@ impl Settings {
             http_auth_token,
             lp_create_databases,
             wal_fsync,
+            wal_accept_loss,
             flush_size,
             flush_age,
             chunk_interval,
@@ -184,15 +189,10 @@ impl Settings {
             c.http_auth_token = Some(t).filter(|t| !t.is_empty());
         }
         if let Some(v) = self.lp_create_databases {
-            c.lp_create_databases = match v.trim().to_ascii_lowercase().as_str() {
-                "true" | "on" | "yes" | "1" => true,
-                "false" | "off" | "no" | "0" => false,
-                other => {
-                    return Err(Error::Config(format!(
-                        "lp_create_databases must be true or false, not `{other}`"
-                    )));
-                }
-            };
+            c.lp_create_databases = parse_bool("lp_create_databases", &v)?;
+        }
+        if let Some(v) = self.wal_accept_loss {
+            c.wal_accept_loss = parse_bool("wal_accept_loss", &v)?;
         }
         if let Some(f) = self.wal_fsync {
             c.wal_fsync = f.parse()?;
@@ -232,6 +232,16 @@ impl Settings {
             c.log_level = v;
         }
         Ok(c)
+    }
+}
+
+fn parse_bool(name: &str, v: &str) -> Result<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" => Ok(true),
+        "false" | "off" | "no" | "0" => Ok(false),
+        other => Err(Error::Config(format!(
+            "{name} must be true or false, not `{other}`"
+        ))),
     }
 }
 

@@ -23,6 +23,11 @@ pub enum Error {
         offset: u64,
         reason: String,
     },
+    #[error(
+        "WAL records {first} to {last} are missing (before {file}): a segment was removed or \
+         lost; start with --wal-accept-loss true to go on without them"
+    )]
+    WalGap { first: u64, last: u64, file: String },
     #[error("WAL: {0}")]
     Wal(String),
     #[error("catalog: {0}")]
@@ -82,7 +87,9 @@ impl Error {
         match self {
             Error::Config(_) => "F0000",
             Error::Io { .. } => "58030",
-            Error::WalCorrupt { .. } | Error::Wal(_) | Error::Catalog(_) => "XX000",
+            Error::WalCorrupt { .. } | Error::WalGap { .. } | Error::Wal(_) | Error::Catalog(_) => {
+                "XX000"
+            }
             Error::UndefinedDatabase(_) => "3D000",
             Error::DuplicateDatabase(_) => "42P04",
             Error::UndefinedTable(_) => "42P01",

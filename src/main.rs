@@ -24,6 +24,8 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+// Parsed once at start: the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run the server (the default).
     Serve(ServeArgs),
@@ -75,6 +77,9 @@ struct ServeArgs {
     /// WAL durability: `fsync` (default) or `none`.
     #[arg(long, env = "SUNDIAL_WAL_FSYNC")]
     wal_fsync: Option<String>,
+    /// Start even when WAL records are missing, logging the loss (default false).
+    #[arg(long, env = "SUNDIAL_WAL_ACCEPT_LOSS")]
+    wal_accept_loss: Option<String>,
     /// Flush memtables at this size (e.g. 128MiB).
     #[arg(long, env = "SUNDIAL_FLUSH_SIZE")]
     flush_size: Option<String>,
@@ -113,6 +118,7 @@ impl ServeArgs {
             http_auth_token: self.http_auth_token.clone(),
             lp_create_databases: self.lp_create_databases.clone(),
             wal_fsync: self.wal_fsync.clone(),
+            wal_accept_loss: self.wal_accept_loss.clone(),
             flush_size: self.flush_size.clone().map(toml::Value::String),
             flush_age: self.flush_age.clone(),
             chunk_interval: self.chunk_interval.clone(),

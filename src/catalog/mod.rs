@@ -300,6 +300,7 @@ impl Manifest {
 #[derive(Debug)]
 pub struct Catalog {
     dir: PathBuf,
+    data_dir: PathBuf,
     current: RwLock<Arc<Manifest>>,
     writer: Mutex<()>,
 }
@@ -307,6 +308,11 @@ pub struct Catalog {
 const MANIFEST_FILE: &str = "manifest.json";
 
 impl Catalog {
+    /// The data directory the catalog (and the chunk files) live in.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
     /// Opens (or creates) the catalog under `data_dir/catalog`, running migrations.
     pub fn open(data_dir: &Path) -> Result<Catalog> {
         let dir = data_dir.join("catalog");
@@ -331,6 +337,7 @@ impl Catalog {
         };
         let cat = Catalog {
             dir,
+            data_dir: data_dir.to_path_buf(),
             current: RwLock::new(Arc::new(manifest.clone())),
             writer: Mutex::new(()),
         };

@@ -100,8 +100,12 @@ impl Engine {
             );
         }
         let manifest = catalog.snapshot();
-        let (wal, records) =
-            Wal::open(&dir.join("wal"), config.wal_fsync, manifest.flushed_wal_seq)?;
+        let (wal, records) = Wal::open(
+            &dir.join("wal"),
+            config.wal_fsync,
+            manifest.flushed_wal_seq,
+            config.wal_accept_loss,
+        )?;
         std::fs::create_dir_all(dir.join("data"))
             .map_err(|e| Error::io(format!("cannot create {}/data", dir.display()), e))?;
         let store: Arc<dyn ObjectStore> = Arc::new(
@@ -109,6 +113,14 @@ impl Engine {
                 .map_err(Error::from)?
                 .with_automatic_cleanup(true),
         );
+        let referenced = catalog
+            .snapshot()
+            .databases
+            .values()
+            .flat_map(|d| d.tables.values())
+            .flat_map(|t| t.files.iter().map(|f| f.path.clone()))
+            .collect();
+        crate::storage::sweep_orphans(&store, &referenced).await?;
         let writer = Arc::new(WriteService::new(
             catalog.clone(),
             wal,
@@ -284,9 +296,16 @@ impl Engine {
                 for (start, parts) in by_chunk {
                     let batch = arrow::compute::concat_batches(&schema, &parts)?;
                     let id = self.catalog.alloc_ids(1)?;
-                    let meta =
-                        crate::storage::write_chunk_file(&self.store, db, t, start, id, &batch)
-                            .await?;
+                    let meta = crate::storage::write_chunk_file(
+                        &self.store,
+                        self.catalog.data_dir(),
+                        db,
+                        t,
+                        start,
+                        id,
+                        &batch,
+                    )
+                    .await?;
                     new_paths.push(meta.path.clone());
                     added.push(meta);
                 }
@@ -556,16 +575,19 @@ impl Engine {
                     if self.background.token().is_cancelled() {
                         return Ok(done);
                     }
-                    self.compact_chunk(db, t, &files).await?;
-                    done += 1;
+                    if self.compact_chunk(db, t, &files).await? {
+                        done += 1;
+                    }
                 }
             }
         }
         Ok(done)
     }
 
-    /// Merges `files` (one chunk of `table`) into one and swaps it in.
-    async fn compact_chunk(&self, db: &str, table: &TableDef, files: &[&FileMeta]) -> Result<()> {
+    /// Merges `files` (one chunk of `table`) into one and swaps it in. Returns false,
+    /// having changed nothing, when the chunk's files changed meanwhile (a DELETE,
+    /// drop_chunks or DROP TABLE got there first): the chunk is left for next time.
+    async fn compact_chunk(&self, db: &str, table: &TableDef, files: &[&FileMeta]) -> Result<bool> {
         let out = rewrite::rewrite(&self.file_store(), db, table, files, Rewrite::Merge).await?;
         let (path, bytes) = out
             .file
@@ -583,16 +605,7 @@ impl Engine {
         {
             e.1 = out.file;
         }
-        let swapped = self
-            .writer
-            .edit_files(table.id, &edits)
-            .map_err(|e| match e {
-                Error::UndefinedTable(_) => {
-                    Error::Catalog("table dropped during compaction".into())
-                }
-                Error::Catalog(_) => Error::Catalog("chunk files changed during compaction".into()),
-                other => other,
-            });
+        let swapped = self.writer.edit_files(table.id, &edits);
         match swapped {
             Ok(()) => {
                 self.writer
@@ -608,7 +621,7 @@ impl Engine {
                     "compacted chunk"
                 );
                 self.delete_later(files.iter().map(|f| f.path.clone()).collect());
-                Ok(())
+                Ok(true)
             }
             Err(e) => {
                 if let Some(p) = path {
@@ -617,7 +630,14 @@ impl Engine {
                         .delete(&object_store::path::Path::from(p.as_str()))
                         .await;
                 }
-                Err(e)
+                match e {
+                    Error::UndefinedTable(_) | Error::Catalog(_) => {
+                        tracing::info!(table = %table.name, chunk = files[0].chunk_start, reason = %e,
+                            "compaction skipped: the chunk changed meanwhile");
+                        Ok(false)
+                    }
+                    other => Err(other),
+                }
             }
         }
     }

@@ -108,9 +108,74 @@ pub fn writer_props(table: &TableDef, zstd_level: i32, rows: u64) -> WriterPrope
     b.build()
 }
 
-/// Writes one sorted chunk file and returns its catalog entry.
+/// Stores `buf` at `path` through the object store, then makes it durable on the
+/// local file system under `root`: the file and every directory from its own up to
+/// `root` (new chunk directories included) are fsynced, so a manifest that names the
+/// file, and a WAL trimmed after it, never outlive it in an OS crash.
+pub async fn put_durable(
+    store: &Arc<dyn ObjectStore>,
+    root: &std::path::Path,
+    path: &object_store::path::Path,
+    buf: Vec<u8>,
+) -> Result<()> {
+    store.put(path, PutPayload::from(buf)).await?;
+    let root = root.to_path_buf();
+    let local = root.join(path.as_ref());
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        std::fs::File::open(&local)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| crate::Error::io(format!("cannot sync {}", local.display()), e))?;
+        let mut dir = local.parent();
+        while let Some(d) = dir {
+            crate::catalog::sync_dir(d)?;
+            if d == root.as_path() || !d.starts_with(&root) {
+                break;
+            }
+            dir = d.parent();
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| crate::Error::Internal(format!("file sync task failed: {e}")))?
+}
+
+/// Deletes chunk files under `data/` that the catalog does not name: files a crash
+/// left behind (written but never committed, or replaced by compaction or
+/// drop_chunks and not yet deleted). Runs at start-up, before anything writes. As a
+/// guard against deleting live data, nothing is deleted when a file the catalog
+/// names is missing from the listing. Returns how many files were deleted.
+pub async fn sweep_orphans(
+    store: &Arc<dyn ObjectStore>,
+    referenced: &std::collections::HashSet<String>,
+) -> Result<usize> {
+    use futures::TryStreamExt;
+    let listed: Vec<object_store::ObjectMeta> = store
+        .list(Some(&ObjectPath::from("data")))
+        .try_collect()
+        .await?;
+    let names: std::collections::HashSet<String> =
+        listed.iter().map(|m| m.location.to_string()).collect();
+    if let Some(missing) = referenced.iter().find(|p| !names.contains(*p)) {
+        tracing::warn!(file = %missing,
+            "a chunk file the catalog names is not on disk; leaving unreferenced files in place");
+        return Ok(0);
+    }
+    let mut deleted = 0;
+    for m in listed {
+        let p = m.location.to_string();
+        if p.ends_with(".parquet") && !referenced.contains(&p) {
+            store.delete(&m.location).await?;
+            tracing::info!(file = %p, "deleted a chunk file the catalog does not name");
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
+}
+
+/// Writes one sorted chunk file, durably, and returns its catalog entry.
 pub async fn write_chunk_file(
     store: &Arc<dyn ObjectStore>,
+    root: &std::path::Path,
     db: &str,
     table: &TableDef,
     chunk_start: i64,
@@ -139,7 +204,7 @@ pub async fn write_chunk_file(
     }
     let path = file_path(db, table.id, chunk_start, file_id);
     let bytes = buf.len() as u64;
-    store.put(&path, PutPayload::from(buf)).await?;
+    put_durable(store, root, &path, buf).await?;
     // Rows cut into chunks before a chunk-interval change can reach past the current
     // interval: record the wider end so drop_chunks never drops newer rows with them.
     let chunk_end = match (table.time_index(), table.chunk_interval_micros) {

@@ -19,7 +19,7 @@ use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use futures::StreamExt;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::ObjectStore;
 use parquet::arrow::ArrowWriter;
 
 use super::{
@@ -183,7 +183,7 @@ pub async fn rewrite(
     let id = fs.catalog.alloc_ids(1)?;
     let path = file_path(db, table.id, chunk_start, id);
     let bytes = buf.len() as u64;
-    fs.store.put(&path, PutPayload::from(buf)).await?;
+    super::put_durable(fs.store, fs.catalog.data_dir(), &path, buf).await?;
     Ok(Rewritten {
         file: Some(FileMeta {
             id,

@@ -66,20 +66,64 @@ pub struct Replayed {
 impl Wal {
     /// Opens the WAL in `dir`, returning the handle and every record with a sequence
     /// number greater than `after`, in order. A torn tail is truncated with a warning;
-    /// damage anywhere else is an error naming the file and offset.
-    pub fn open(dir: &Path, policy: FsyncPolicy, after: u64) -> Result<(Wal, Vec<Replayed>)> {
+    /// damage anywhere else is an error naming the file and offset. Sequence numbers
+    /// have no holes, so a missing range (a segment deleted or lost) is an error too,
+    /// unless `accept_loss` is set: then it is logged and start-up goes on.
+    pub fn open(
+        dir: &Path,
+        policy: FsyncPolicy,
+        after: u64,
+        accept_loss: bool,
+    ) -> Result<(Wal, Vec<Replayed>)> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("cannot create WAL dir {}", dir.display()), e))?;
         let segments = list_segments(dir)?;
         let mut records = vec![];
         let mut last_seq = after;
+        // The sequence number the next record must have, once known.
+        let mut expect: Option<u64> = None;
         for (i, (first, path)) in segments.iter().enumerate() {
             let is_last = i + 1 == segments.len();
             let recs = read_segment(path, is_last)?;
+            let begins = recs.first().map(|r| r.seq).unwrap_or(*first);
+            let want = expect.unwrap_or(after + 1);
+            // The first segment may begin before `after` (its early records are flushed).
+            if begins > want {
+                let e = Error::WalGap {
+                    first: want,
+                    last: begins - 1,
+                    file: path.display().to_string(),
+                };
+                if !accept_loss {
+                    return Err(e);
+                }
+                tracing::error!(error = %e, "going on without the missing WAL records (--wal-accept-loss)");
+            } else if expect.is_some() && begins < want {
+                return Err(Error::WalCorrupt {
+                    file: path.display().to_string(),
+                    offset: 0,
+                    reason: format!("begins at record {begins}, expected {want}"),
+                });
+            }
+            for pair in recs.windows(2) {
+                if pair[1].seq != pair[0].seq + 1 {
+                    let e = Error::WalGap {
+                        first: pair[0].seq + 1,
+                        last: pair[1].seq - 1,
+                        file: path.display().to_string(),
+                    };
+                    if !accept_loss {
+                        return Err(e);
+                    }
+                    tracing::error!(error = %e, "going on without the missing WAL records (--wal-accept-loss)");
+                }
+            }
             if let Some(r) = recs.last() {
                 last_seq = last_seq.max(r.seq);
+                expect = Some(r.seq + 1);
             } else {
                 last_seq = last_seq.max(first.saturating_sub(1));
+                expect = Some(*first);
             }
             records.extend(recs.into_iter().filter(|r| r.seq > after));
         }
@@ -232,8 +276,13 @@ impl Writer {
                 }
             }
             Err(e) => {
-                // The segment may now hold a partial write: move to a fresh segment so
-                // later records are never appended after garbage.
+                // The segment may now hold a partial write: cut it back so later records
+                // are never appended after garbage. The failed records were never
+                // acknowledged; their sequence numbers are used again, so the log has no
+                // holes (a hole means lost records at replay).
+                if let Some((first, _)) = replies.first() {
+                    self.next_seq = *first;
+                }
                 let msg = e.to_string();
                 for (_, reply) in replies.drain(..) {
                     let _ = reply.send(Err(Error::Wal(msg.clone())));
@@ -393,7 +442,8 @@ fn read_segment(path: &Path, is_last: bool) -> Result<Vec<Replayed>> {
             }
             Frame::Bad(reason) => {
                 // A torn tail has no valid record after it; damage in the middle does.
-                if is_last && !valid_record_follows(&data, off) {
+                let prev = out.last().map(|p: &Replayed| p.seq).unwrap_or(0);
+                if is_last && !valid_record_follows(&data, off, prev) {
                     tracing::warn!(file = %name, offset = off, %reason,
                         "truncating torn WAL tail");
                     truncate(path, off as u64)?;
@@ -406,12 +456,21 @@ fn read_segment(path: &Path, is_last: bool) -> Result<Vec<Replayed>> {
     Ok(out)
 }
 
-/// Whether any later offset holds a record with a valid checksum.
-fn valid_record_follows(data: &[u8], bad_off: usize) -> bool {
-    // Try the frame boundary the bad header claims, then scan byte by byte.
+/// Whether any later offset holds a record with a valid checksum. Only headers that
+/// could follow the last good record (`prev`: its sequence number) are checksummed:
+/// a later record's number is above it and not absurdly far, and its length fits.
+/// Random bytes almost never pass, so the scan stays linear in the tail's size.
+fn valid_record_follows(data: &[u8], bad_off: usize, prev: u64) -> bool {
     let mut off = bad_off + 1;
     while off + RECORD_HEADER < data.len() {
-        if let Frame::Ok(..) = decode_frame(data, off) {
+        let h = &data[off..off + RECORD_HEADER];
+        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        let seq = u64::from_le_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]);
+        let plausible = len > 0
+            && len <= data.len() - off - RECORD_HEADER
+            && seq > prev
+            && seq - prev <= 1 << 32;
+        if plausible && let Frame::Ok(..) = decode_frame(data, off) {
             return true;
         }
         off += 1;
@@ -443,7 +502,7 @@ mod tests {
     #[test]
     fn append_replay_and_torn_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let (wal, recs) = Wal::open(dir.path(), FsyncPolicy::Fsync, 0).unwrap();
+        let (wal, recs) = Wal::open(dir.path(), FsyncPolicy::Fsync, 0, false).unwrap();
         assert!(recs.is_empty());
         let rt = rt();
         for i in 0..10u8 {
@@ -457,7 +516,7 @@ mod tests {
         let last = &segs[0].1;
         let mut f = OpenOptions::new().append(true).open(last).unwrap();
         f.write_all(&[7u8; 37]).unwrap();
-        let (_wal, recs) = Wal::open(dir.path(), FsyncPolicy::Fsync, 3).unwrap();
+        let (_wal, recs) = Wal::open(dir.path(), FsyncPolicy::Fsync, 3, false).unwrap();
         assert_eq!(recs.len(), 7);
         assert_eq!(recs[0].seq, 4);
         assert_eq!(recs[6].payload, vec![9u8; 100]);
@@ -466,7 +525,7 @@ mod tests {
     #[test]
     fn middle_corruption_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let (wal, _) = Wal::open(dir.path(), FsyncPolicy::None, 0).unwrap();
+        let (wal, _) = Wal::open(dir.path(), FsyncPolicy::None, 0, false).unwrap();
         let rt = rt();
         for i in 0..3u8 {
             rt.block_on(wal.append(&[i; 50])).unwrap();
@@ -477,7 +536,7 @@ mod tests {
         let mut data = std::fs::read(&segs[0].1).unwrap();
         data[8 + RECORD_HEADER + 2] ^= 0xff;
         std::fs::write(&segs[0].1, &data).unwrap();
-        let err = Wal::open(dir.path(), FsyncPolicy::None, 0).unwrap_err();
+        let err = Wal::open(dir.path(), FsyncPolicy::None, 0, false).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("offset 8"), "{msg}");
         assert!(msg.contains(".wal"), "{msg}");

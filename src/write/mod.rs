@@ -394,9 +394,16 @@ impl WriteService {
                     .map(|b| storage::adapt_batch(&b.batch, &schema))
                     .collect::<Result<Vec<_>>>()?;
                 let batch = arrow::compute::concat_batches(&schema, &adapted)?;
-                let meta =
-                    storage::write_chunk_file(&self.store, db, table, *start, next_id, &batch)
-                        .await?;
+                let meta = storage::write_chunk_file(
+                    &self.store,
+                    self.catalog.data_dir(),
+                    db,
+                    table,
+                    *start,
+                    next_id,
+                    &batch,
+                )
+                .await?;
                 next_id += 1;
                 self.stats
                     .flushed_bytes

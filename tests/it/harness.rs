@@ -137,6 +137,11 @@ impl TestServer {
         self.set_addrs(addrs);
     }
 
+    /// Adds `serve` arguments for the next (re)start.
+    pub fn add_args(&mut self, args: &[&str]) {
+        self.extra_args.extend(args.iter().map(|a| a.to_string()));
+    }
+
     /// Tries to start on the same data dir; returns stderr on failure.
     pub fn try_restart(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "stop the server first");

@@ -816,7 +816,18 @@ impl QueryParser for Parser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let c = conn_of(client)?;
-        noted(&c, parse_one(&c, sql_text, types).await)
+        // Parsing and planning run on the statement runtime, as execution does: a
+        // statement that takes long to plan holds up no other connection.
+        let (run, text, types) = (c.clone(), sql_text.to_string(), types.to_vec());
+        let parsed = crate::query::runtime::handle()
+            .spawn(async move { parse_one(&run, &text, &types).await })
+            .await
+            .unwrap_or_else(|_| {
+                Err(to_pg(Error::Internal(
+                    "planning the statement failed unexpectedly".into(),
+                )))
+            });
+        noted(&c, parsed)
     }
 
     fn get_parameter_types(&self, stmt: &Stmt) -> PgWireResult<Vec<Type>> {
