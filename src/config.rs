@@ -45,6 +45,9 @@ pub struct Config {
     pub tcp_database: String,
     /// Largest line-protocol request body, compressed or decompressed, in bytes.
     pub http_max_body_size: u64,
+    /// Request bodies (and their gunzipped form) held at once by all line-protocol
+    /// HTTP requests together; past it requests wait, then get 503.
+    pub http_max_inflight_bytes: u64,
     /// When set, line-protocol writes need this token (`Token`/`Bearer`, or `p=`).
     pub http_auth_token: Option<String>,
     /// Create a database on its first line-protocol write (else 404).
@@ -79,6 +82,7 @@ impl Default for Config {
             tcp_addr: None,
             tcp_database: "sundial".to_string(),
             http_max_body_size: 32 * 1024 * 1024,
+            http_max_inflight_bytes: 256 * 1024 * 1024,
             http_auth_token: None,
             lp_create_databases: true,
             wal_fsync: FsyncPolicy::Fsync,
@@ -106,6 +110,7 @@ pub struct Settings {
     pub tcp_addr: Option<String>,
     pub tcp_database: Option<String>,
     pub http_max_body_size: Option<toml::Value>,
+    pub http_max_inflight_bytes: Option<toml::Value>,
     pub http_auth_token: Option<String>,
     pub lp_create_databases: Option<String>,
     pub wal_fsync: Option<String>,
@@ -142,6 +147,7 @@ impl Settings {
             tcp_addr,
             tcp_database,
             http_max_body_size,
+            http_max_inflight_bytes,
             http_auth_token,
             lp_create_databases,
             wal_fsync,
@@ -184,6 +190,14 @@ impl Settings {
         }
         if let Some(v) = self.http_max_body_size {
             c.http_max_body_size = parse_bytes("http_max_body_size", &v)?;
+        }
+        if let Some(v) = self.http_max_inflight_bytes {
+            c.http_max_inflight_bytes = parse_bytes("http_max_inflight_bytes", &v)?;
+            if c.http_max_inflight_bytes == 0 {
+                return Err(Error::Config(
+                    "http_max_inflight_bytes must be positive".into(),
+                ));
+            }
         }
         if let Some(t) = self.http_auth_token {
             c.http_auth_token = Some(t).filter(|t| !t.is_empty());

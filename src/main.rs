@@ -68,6 +68,9 @@ struct ServeArgs {
     /// Largest line-protocol body, compressed or not (default 32MiB).
     #[arg(long, env = "SUNDIAL_HTTP_MAX_BODY_SIZE")]
     http_max_body_size: Option<String>,
+    /// Body bytes all line-protocol requests may hold at once (default 256MiB).
+    #[arg(long, env = "SUNDIAL_HTTP_MAX_INFLIGHT_BYTES")]
+    http_max_inflight_bytes: Option<String>,
     /// Token line-protocol writes must present (default: none, no auth).
     #[arg(long, env = "SUNDIAL_HTTP_AUTH_TOKEN")]
     http_auth_token: Option<String>,
@@ -115,6 +118,10 @@ impl ServeArgs {
             tcp_addr: self.tcp_addr.clone(),
             tcp_database: self.tcp_database.clone(),
             http_max_body_size: self.http_max_body_size.clone().map(toml::Value::String),
+            http_max_inflight_bytes: self
+                .http_max_inflight_bytes
+                .clone()
+                .map(toml::Value::String),
             http_auth_token: self.http_auth_token.clone(),
             lp_create_databases: self.lp_create_databases.clone(),
             wal_fsync: self.wal_fsync.clone(),

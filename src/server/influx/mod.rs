@@ -177,6 +177,60 @@ fn decode_body(engine: &Engine, headers: &HeaderMap, body: Bytes) -> Result<Byte
     }
 }
 
+/// The budget of body bytes all requests hold at once (`http_max_inflight_bytes`),
+/// counted in KiB.
+#[derive(Default)]
+struct BodyBudget(std::sync::OnceLock<Arc<tokio::sync::Semaphore>>);
+
+/// How long a request waits for room in the body budget before a 503.
+const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reserves room for a request's body (its Content-Length, else the body limit) and
+/// for its gunzipped form (the body limit), waiting while other requests hold the
+/// budget; answers 503 with `Retry-After` when none frees up in time.
+#[allow(clippy::result_large_err)] // the error is the response itself
+async fn reserve_body(
+    engine: &Engine,
+    headers: &HeaderMap,
+    declared: Option<u64>,
+) -> Result<tokio::sync::OwnedSemaphorePermit, Response> {
+    let cfg = engine.config();
+    let total_kib = cfg.http_max_inflight_bytes.div_ceil(1024).max(1);
+    let budget = engine
+        .shared::<BodyBudget>()
+        .0
+        .get_or_init(|| {
+            Arc::new(tokio::sync::Semaphore::new(
+                usize::try_from(total_kib).unwrap_or(usize::MAX >> 4),
+            ))
+        })
+        .clone();
+    let gzip = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("gzip"));
+    let mut need = declared.unwrap_or(cfg.http_max_body_size);
+    if gzip {
+        need = need.saturating_add(cfg.http_max_body_size);
+    }
+    // One request alone may always run, however large the limits.
+    let kib = need.div_ceil(1024).clamp(1, total_kib);
+    let kib = u32::try_from(kib).unwrap_or(u32::MAX);
+    match tokio::time::timeout(BUDGET_WAIT, budget.acquire_many_owned(kib)).await {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => {
+            let mut r = error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many request bytes in flight (http_max_inflight_bytes); retry later",
+                None,
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            Err(r)
+        }
+    }
+}
+
 fn too_large(limit: u64) -> Response {
     error_response(
         StatusCode::PAYLOAD_TOO_LARGE,
@@ -277,6 +331,17 @@ async fn handle_write(
     let precision = match precision {
         Ok(p) => p,
         Err(m) => return error_response(StatusCode::BAD_REQUEST, &m, None),
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > engine.config().http_max_body_size) {
+        return too_large(engine.config().http_max_body_size);
+    }
+    let _budget = match reserve_body(&engine, &headers, declared).await {
+        Ok(permit) => permit,
+        Err(r) => return r,
     };
     let limit = usize::try_from(engine.config().http_max_body_size).unwrap_or(usize::MAX);
     let body = match axum::body::to_bytes(body, limit).await {

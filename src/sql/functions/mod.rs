@@ -4,6 +4,7 @@
 
 pub mod format;
 pub mod histogram;
+pub mod limits;
 pub mod numeric;
 pub mod ordered_set;
 pub mod pgcast;
@@ -206,6 +207,7 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
         ctx.register_udf(ScalarUDF::from(numeric::NumericScale::new(kind)));
     }
     pgfuncs::register(ctx);
+    limits::register(ctx);
     ctx.register_udtf(
         "generate_series",
         Arc::new(series::Series::generate_series()),
