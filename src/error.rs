@@ -30,6 +30,9 @@ pub enum Error {
     WalGap { first: u64, last: u64, file: String },
     #[error("WAL: {0}")]
     Wal(String),
+    /// The disk is full: nothing was written (writes work again once space is freed).
+    #[error("could not write: disk full ({0})")]
+    DiskFull(String),
     #[error("catalog: {0}")]
     Catalog(String),
     #[error("database \"{0}\" does not exist")]
@@ -87,6 +90,7 @@ impl Error {
         match self {
             Error::Config(_) => "F0000",
             Error::Io { .. } => "58030",
+            Error::DiskFull(_) => "53100",
             Error::WalCorrupt { .. } | Error::WalGap { .. } | Error::Wal(_) | Error::Catalog(_) => {
                 "XX000"
             }
@@ -114,7 +118,47 @@ impl Error {
             s if s.starts_with("22") || s.starts_with("42") => 400,
             "0A000" => 400,
             "57014" => 503,
+            "53100" => 507,
             _ => 500,
+        }
+    }
+}
+
+/// At most one log line per second for a repeated failure (a full disk fails every
+/// write), with the number of occurrences left out since the last line.
+#[derive(Debug, Default)]
+pub struct Throttle {
+    last_second: std::sync::atomic::AtomicU64,
+    suppressed: std::sync::atomic::AtomicU64,
+}
+
+impl Throttle {
+    pub const fn new() -> Throttle {
+        Throttle {
+            last_second: std::sync::atomic::AtomicU64::new(0),
+            suppressed: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(n)` when a line may be logged now (`n` occurrences were not logged since
+    /// the last line), `None` when this one should be left out.
+    pub fn allow(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let last = self.last_second.load(Ordering::Relaxed);
+        if now != last
+            && self
+                .last_second
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            Some(self.suppressed.swap(0, Ordering::Relaxed))
+        } else {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            None
         }
     }
 }

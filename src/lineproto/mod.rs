@@ -518,6 +518,18 @@ fn cut(s: &str) -> String {
     s[..end].to_string()
 }
 
+/// Longest name a line may give a new table or column: PostgreSQL's identifier
+/// limit (NAMEDATALEN - 1).
+const MAX_NAME_BYTES: usize = 63;
+
+fn long_name(what: &str, name: &str) -> String {
+    let shown: String = name.chars().take(40).collect();
+    format!(
+        "{what} \"{shown}...\" is {} bytes long; names are at most {MAX_NAME_BYTES} bytes",
+        name.len()
+    )
+}
+
 /// Parses `body` and builds one batch per measurement. `tables` gives the existing
 /// table for a measurement name, so type conflicts are caught line by line.
 pub fn convert(
@@ -568,6 +580,10 @@ pub fn convert(
             Some(b) if raw == last_raw => b,
             _ => {
                 let name = line.measurement.as_str();
+                if name.len() > MAX_NAME_BYTES && tables(&name).is_none() {
+                    errors.add(|| reject(long_name("measurement", &name)));
+                    continue;
+                }
                 match by_name.get(name.as_ref()) {
                     Some(b) => *b,
                     None if builders.len() >= MAX_MEASUREMENTS => {
@@ -600,6 +616,10 @@ pub fn convert(
         let mut bad: Option<String> = None;
         for (j, (k, _)) in line.tags.iter().enumerate() {
             match mb.resolve(&mb.last_tags, j, &k.as_str(), Kind::Tag) {
+                Ok(Slot::New { fresh: true, .. }) if k.as_str().len() > MAX_NAME_BYTES => {
+                    bad = Some(long_name("tag key", &k.as_str()));
+                    break;
+                }
                 Ok(s) => slots.push(s),
                 Err(e) => {
                     bad = Some(e);
@@ -615,6 +635,10 @@ pub fn convert(
                     break;
                 }
                 match mb.resolve(&mb.last_fields, j, &key, Kind::of(v)) {
+                    Ok(Slot::New { fresh: true, .. }) if key.len() > MAX_NAME_BYTES => {
+                        bad = Some(long_name("field key", &key));
+                        break;
+                    }
                     Ok(s) => slots.push(s),
                     Err(e) => {
                         bad = Some(e);

@@ -21,6 +21,9 @@ pub const RECORD_HEADER: usize = 16;
 pub const MAX_RECORD: usize = 1 << 30;
 const SEGMENT_TARGET: u64 = 64 * 1024 * 1024;
 
+/// Rate of "WAL write failed" log lines (a full disk fails every write).
+static WRITE_FAILED: crate::error::Throttle = crate::error::Throttle::new();
+
 /// Counters for `/metrics` and benchmarks.
 #[derive(Debug, Default)]
 pub struct WalStats {
@@ -232,8 +235,10 @@ impl Writer {
                     }
                 }
             }
-            if let Err(e) = self.commit(&buf, &mut replies) {
-                tracing::error!(error = %e, "WAL write failed");
+            if let Err(e) = self.commit(&buf, &mut replies)
+                && let Some(left_out) = WRITE_FAILED.allow()
+            {
+                tracing::error!(error = %e, left_out, "WAL write failed");
             }
         }
     }
@@ -247,18 +252,17 @@ impl Writer {
         if replies.is_empty() {
             return Ok(());
         }
-        let res = self
-            .file
-            .write_all(buf)
-            .and_then(|_| {
-                if self.policy == FsyncPolicy::Fsync {
-                    self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
-                    self.file.sync_data()
-                } else {
-                    Ok(())
-                }
-            })
-            .map_err(|e| Error::io(format!("WAL write to {}", self.path.display()), e));
+        let io = self.file.write_all(buf).and_then(|_| {
+            if self.policy == FsyncPolicy::Fsync {
+                self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+                self.file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
+        let full = matches!(&io, Err(e) if e.kind() == std::io::ErrorKind::StorageFull
+            || e.raw_os_error() == Some(libc::ENOSPC));
+        let res = io.map_err(|e| Error::io(format!("WAL write to {}", self.path.display()), e));
         match &res {
             Ok(()) => {
                 self.size += buf.len() as u64;
@@ -285,7 +289,11 @@ impl Writer {
                 }
                 let msg = e.to_string();
                 for (_, reply) in replies.drain(..) {
-                    let _ = reply.send(Err(Error::Wal(msg.clone())));
+                    let err = match full {
+                        true => Error::DiskFull(msg.clone()),
+                        false => Error::Wal(msg.clone()),
+                    };
+                    let _ = reply.send(Err(err));
                 }
                 let _ = self.file.set_len(self.size);
                 let _ = self.file.seek(SeekFrom::Start(self.size));

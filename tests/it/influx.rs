@@ -1437,3 +1437,29 @@ async fn floats_into_a_numeric_column_keep_their_significant_digits() {
         ]
     );
 }
+
+/// Names a line gives a new table or column are at most 63 bytes (PostgreSQL's
+/// identifier limit): a longer measurement, tag key or field key rejects its line
+/// with a 400 naming it, and the other lines are written.
+#[tokio::test]
+async fn names_longer_than_63_bytes_reject_their_line() {
+    let server = TestServer::start();
+    let long = "m".repeat(100);
+    let body = format!(
+        "ok,host=a v=1 1000000000\n{long},host=a v=1 1000000000\nok,{long}=x v=2 2000000000\nok,host=b {long}=3 3000000000\nok,host=c v=4 4000000000\n"
+    );
+    let r = post(&server.http_url("/write?db=names&precision=ns"), body).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let msg = error_message(&r);
+    assert!(
+        msg.contains("line 2") && msg.contains("measurement"),
+        "{msg}"
+    );
+    assert!(msg.contains("line 3") && msg.contains("tag key"), "{msg}");
+    assert!(msg.contains("line 4") && msg.contains("field key"), "{msg}");
+    assert!(msg.contains("at most 63 bytes"), "{msg}");
+    let client = server.connect("names").await;
+    let rows = query(&client, "SELECT host FROM ok ORDER BY time").await;
+    let hosts: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(hosts, vec!["a", "c"]);
+}

@@ -70,6 +70,7 @@ fn error_response(status: StatusCode, message: &str, extra: Option<serde_json::V
         401 => "unauthorized",
         404 => "not found",
         413 => "request too large",
+        507 => "insufficient storage",
         422 => "unprocessable entity",
         503 => "unavailable",
         _ => "internal error",
@@ -366,7 +367,10 @@ async fn handle_write(
             None,
         ),
         Err(err) => {
-            tracing::error!(error = %err, database = %db, "line-protocol write failed");
+            static FAILED: crate::error::Throttle = crate::error::Throttle::new();
+            if let Some(left_out) = FAILED.allow() {
+                tracing::error!(error = %err, database = %db, left_out, "line-protocol write failed");
+            }
             let status = StatusCode::from_u16(err.http_status())
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             error_response(status, &err.to_string(), None)
