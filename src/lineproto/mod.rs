@@ -419,6 +419,17 @@ impl MeasurementBuilder {
                 existing_kind_name(&def.sql_type, is_tag),
             ));
         }
+        // A table made with SQL keeps the columns its owner gave it.
+        if let Some(t) = &self.table
+            && !t.line_protocol
+        {
+            return Err(format!(
+                "table \"{}\" was created with SQL and has no column \"{key}\"; line \
+                 protocol adds columns only to tables it created (ALTER TABLE ... ADD \
+                 COLUMN first)",
+                self.name
+            ));
+        }
         Ok(Slot::New { kind, fresh: true })
     }
 
@@ -582,6 +593,14 @@ pub fn convert(
                 let name = line.measurement.as_str();
                 if name.len() > MAX_NAME_BYTES && tables(&name).is_none() {
                     errors.add(|| reject(long_name("measurement", &name)));
+                    continue;
+                }
+                if name.as_ref() == crate::query::system::CHUNK_FILES {
+                    errors.add(|| {
+                        reject(format!(
+                            "measurement name \"{name}\" is reserved for a system view"
+                        ))
+                    });
                     continue;
                 }
                 match by_name.get(name.as_ref()) {

@@ -1463,3 +1463,40 @@ async fn names_longer_than_63_bytes_reject_their_line() {
     let hosts: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(hosts, vec!["a", "c"]);
 }
+
+/// Line protocol does not change the schema of a table made with SQL (an LP writer
+/// could otherwise add columns to any table), and a measurement cannot take the name
+/// of a system view: such lines are rejected with a 400, the others written.
+#[tokio::test]
+async fn line_protocol_keeps_to_sql_tables_columns_and_reserved_names() {
+    let server = TestServer::start();
+    let client = server.connect("sundial").await;
+    client
+        .batch_execute(
+            "CREATE TABLE acct (time timestamptz NOT NULL, host text, v float8) \
+             WITH (tsdb.hypertable, tsdb.partition_column='time')",
+        )
+        .await
+        .expect("create");
+    let body = "acct,host=a v=1 1700000000000000000\n\
+                acct,host=b v=2,injected=3 1700000001000000000\n\
+                acct,host=c,injected_tag=x v=4 1700000002000000000\n\
+                sundial_chunk_files v=1 1700000003000000000\n";
+    let r = post(&server.http_url("/write?db=sundial"), body).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let msg = error_message(&r);
+    assert!(
+        msg.contains("line 2") && msg.contains("created with SQL"),
+        "{msg}"
+    );
+    assert!(msg.contains("line 3"), "{msg}");
+    assert!(msg.contains("line 4") && msg.contains("reserved"), "{msg}");
+    let cols = column_types(&client, "acct").await;
+    assert_eq!(
+        cols.keys().cloned().collect::<Vec<_>>(),
+        vec!["host", "time", "v"]
+    );
+    let rows = query(&client, "SELECT host FROM acct").await;
+    let hosts: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(hosts, vec!["a"]);
+}
