@@ -143,21 +143,37 @@ pub async fn put_durable(
 /// left behind (written but never committed, or replaced by compaction or
 /// drop_chunks and not yet deleted). Runs at start-up, before anything writes. As a
 /// guard against deleting live data, nothing is deleted when a file the catalog
-/// names is missing from the listing. Returns how many files were deleted.
+/// names is missing from the listing, when the catalog names no file at all, or when
+/// the listing fails. Returns how many files were deleted.
 pub async fn sweep_orphans(
     store: &Arc<dyn ObjectStore>,
     referenced: &std::collections::HashSet<String>,
 ) -> Result<usize> {
     use futures::TryStreamExt;
-    let listed: Vec<object_store::ObjectMeta> = store
+    let listed: Vec<object_store::ObjectMeta> = match store
         .list(Some(&ObjectPath::from("data")))
         .try_collect()
-        .await?;
+        .await
+    {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list chunk files; leaving unreferenced files in place");
+            return Ok(0);
+        }
+    };
     let names: std::collections::HashSet<String> =
         listed.iter().map(|m| m.location.to_string()).collect();
     if let Some(missing) = referenced.iter().find(|p| !names.contains(*p)) {
         tracing::warn!(file = %missing,
             "a chunk file the catalog names is not on disk; leaving unreferenced files in place");
+        return Ok(0);
+    }
+    // A catalog that names no file beside chunk files on disk is more likely a lost
+    // or replaced manifest than a data directory whose every file is garbage.
+    if referenced.is_empty() && names.iter().any(|n| n.ends_with(".parquet")) {
+        tracing::warn!(
+            "the catalog names no chunk file but data/ holds some; leaving them in place"
+        );
         return Ok(0);
     }
     let mut deleted = 0;

@@ -310,6 +310,12 @@ impl Writer {
         if path == self.path {
             return Ok(());
         }
+        // The segment being left is complete and durable before the next one exists,
+        // whatever the fsync policy: a hole in the middle of the log is an error at
+        // start-up, a torn end of the last segment is not.
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io(format!("cannot sync {}", self.path.display()), e))?;
         self.file = new_segment(&path, &self.dir)?;
         self.path = path;
         self.size = SEGMENT_MAGIC.len() as u64;
@@ -367,15 +373,27 @@ fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 }
 
 fn new_segment(path: &Path, dir: &Path) -> Result<File> {
-    let mut f = OpenOptions::new()
+    let made = OpenOptions::new()
         .create(true)
         .truncate(true)
         .write(true)
         .open(path)
-        .map_err(|e| Error::io(format!("cannot create WAL segment {}", path.display()), e))?;
-    f.write_all(SEGMENT_MAGIC)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| Error::io(format!("cannot write WAL segment {}", path.display()), e))?;
+        .and_then(|mut f| {
+            f.write_all(SEGMENT_MAGIC)?;
+            f.sync_all()?;
+            Ok(f)
+        });
+    let f = match made {
+        Ok(f) => f,
+        Err(e) => {
+            // No half-made segment may stay: its name would say where records begin.
+            let _ = std::fs::remove_file(path);
+            return Err(Error::io(
+                format!("cannot create WAL segment {}", path.display()),
+                e,
+            ));
+        }
+    };
     crate::catalog::sync_dir(dir)?;
     Ok(f)
 }

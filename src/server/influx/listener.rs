@@ -14,10 +14,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_io_timeout::TimeoutStream;
 
+/// Refused connections answered with a 503 at the same time.
+const MAX_REFUSALS: usize = 64;
+
 /// A listener that hands out connections while a slot is free.
 pub struct Limited {
     inner: TcpListener,
     slots: Arc<Semaphore>,
+    /// Refusals being answered at once; past this a connection is closed unanswered.
+    refusals: Arc<Semaphore>,
     limit: usize,
     idle: Duration,
 }
@@ -27,6 +32,7 @@ impl Limited {
         Limited {
             inner,
             slots: Arc::new(Semaphore::new(limit)),
+            refusals: Arc::new(Semaphore::new(MAX_REFUSALS)),
             limit,
             idle,
         }
@@ -56,7 +62,12 @@ impl axum::serve::Listener for Limited {
             };
             let Ok(slot) = self.slots.clone().try_acquire_owned() else {
                 tracing::warn!(%peer, limit = self.limit, "HTTP connection refused: lp_max_connections reached");
-                tokio::spawn(refuse(sock));
+                if let Ok(permit) = self.refusals.clone().try_acquire_owned() {
+                    tokio::spawn(async move {
+                        refuse(sock).await;
+                        drop(permit);
+                    });
+                }
                 continue;
             };
             let _ = sock.set_nodelay(true);

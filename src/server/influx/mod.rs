@@ -69,6 +69,7 @@ fn error_response(status: StatusCode, message: &str, extra: Option<serde_json::V
         400 => "invalid",
         401 => "unauthorized",
         404 => "not found",
+        408 => "request timeout",
         413 => "request too large",
         507 => "insufficient storage",
         422 => "unprocessable entity",
@@ -185,6 +186,8 @@ struct BodyBudget(std::sync::OnceLock<Arc<tokio::sync::Semaphore>>);
 
 /// How long a request waits for room in the body budget before a 503.
 const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a request's whole body may take to arrive.
+const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Reserves room for a request's body (its Content-Length, else the body limit) and
 /// for its gunzipped form (the body limit), waiting while other requests hold the
@@ -345,9 +348,18 @@ async fn handle_write(
         Err(r) => return r,
     };
     let limit = usize::try_from(engine.config().http_max_body_size).unwrap_or(usize::MAX);
-    let body = match axum::body::to_bytes(body, limit).await {
-        Ok(b) => b,
-        Err(_) => return too_large(engine.config().http_max_body_size),
+    // The body must arrive within a bound: a slow sender holds its share of the
+    // in-flight budget meanwhile.
+    let body = match tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => return too_large(engine.config().http_max_body_size),
+        Err(_) => {
+            return error_response(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+                None,
+            );
+        }
     };
     let body = match decode_body(&engine, &headers, body) {
         Ok(b) => b,

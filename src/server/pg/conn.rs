@@ -103,7 +103,7 @@ pub(super) async fn serve(
             && let Some(c) = socket.session_extensions().get::<ConnRef>()
             && let Some(p) = probe.take()
         {
-            let c = c.0.clone();
+            let c = Arc::downgrade(&c.0);
             watch = Some(AbortOnDrop(tokio::spawn(watch_disconnect(p, c))));
         }
     }
@@ -120,17 +120,25 @@ fn probe(sock: &TcpStream) -> Option<TcpStream> {
 /// Cancels the running statement once the client has closed its end: a query whose
 /// reader is gone must not go on using the server's cores and memory. Only waits for
 /// readiness; it never reads, so messages stay for the connection's loop.
-async fn watch_disconnect(probe: TcpStream, c: Arc<Conn>) {
+async fn watch_disconnect(probe: TcpStream, c: std::sync::Weak<Conn>) {
+    use tokio::io::Interest;
     loop {
-        match probe.ready(tokio::io::Interest::READABLE).await {
+        match probe.ready(Interest::READABLE).await {
             Ok(r) if r.is_read_closed() => break,
-            // Messages are waiting (the loop reads them when the statement is done).
-            Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            Err(_) => break,
+            // Messages are waiting (the loop reads them): forget this readiness and
+            // wait for the next event, which a close also brings.
+            Ok(_) => {
+                let _ = probe.try_io(Interest::READABLE, || {
+                    Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+                });
+            }
+            Err(_) => return,
         }
     }
-    tracing::debug!("Postgres client closed its connection; canceling its statement");
-    c.cancel.lock().cancel();
+    if let Some(c) = c.upgrade() {
+        tracing::debug!("Postgres client closed its connection; canceling its statement");
+        c.cancel.lock().cancel();
+    }
 }
 
 /// Sends a FATAL error and closes the connection.

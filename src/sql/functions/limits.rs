@@ -57,7 +57,10 @@ impl Guarded {
         let (Some(text), Some(count)) = (args.args.first(), args.args.get(1)) else {
             return Ok(());
         };
-        let rows = args.number_rows.max(1);
+        if args.number_rows == 0 {
+            return Ok(());
+        }
+        let rows = args.number_rows;
         let counts = count.to_array(rows)?;
         let counts = arrow::compute::cast(&counts, &DataType::Int64)?;
         let counts = counts.as_primitive::<Int64Type>();
@@ -68,7 +71,10 @@ impl Guarded {
             }
             Sizing::Pad => None,
         };
-        for i in 0..counts.len() {
+        let n_rows = lengths
+            .as_ref()
+            .map_or(counts.len(), |l| l.len().min(counts.len()));
+        for i in 0..n_rows {
             if counts.is_null(i) {
                 continue;
             }
