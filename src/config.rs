@@ -52,6 +52,10 @@ pub struct Config {
     pub http_auth_token: Option<String>,
     /// Create a database on its first line-protocol write (else 404).
     pub lp_create_databases: bool,
+    /// Databases past which line protocol creates no more.
+    pub lp_max_databases: usize,
+    /// Tables per database past which line protocol creates no more.
+    pub lp_max_tables: usize,
     pub wal_fsync: FsyncPolicy,
     /// Start even when WAL records are missing (a deleted segment), logging the loss.
     pub wal_accept_loss: bool,
@@ -85,6 +89,8 @@ impl Default for Config {
             http_max_inflight_bytes: 256 * 1024 * 1024,
             http_auth_token: None,
             lp_create_databases: true,
+            lp_max_databases: 1_000,
+            lp_max_tables: 10_000,
             wal_fsync: FsyncPolicy::Fsync,
             wal_accept_loss: false,
             flush_size: 128 * 1024 * 1024,
@@ -113,6 +119,8 @@ pub struct Settings {
     pub http_max_inflight_bytes: Option<toml::Value>,
     pub http_auth_token: Option<String>,
     pub lp_create_databases: Option<String>,
+    pub lp_max_databases: Option<toml::Value>,
+    pub lp_max_tables: Option<toml::Value>,
     pub wal_fsync: Option<String>,
     pub wal_accept_loss: Option<String>,
     pub flush_size: Option<toml::Value>,
@@ -150,6 +158,8 @@ impl Settings {
             http_max_inflight_bytes,
             http_auth_token,
             lp_create_databases,
+            lp_max_databases,
+            lp_max_tables,
             wal_fsync,
             wal_accept_loss,
             flush_size,
@@ -204,6 +214,12 @@ impl Settings {
         }
         if let Some(v) = self.lp_create_databases {
             c.lp_create_databases = parse_bool("lp_create_databases", &v)?;
+        }
+        if let Some(v) = self.lp_max_databases {
+            c.lp_max_databases = parse_count("lp_max_databases", &v)?;
+        }
+        if let Some(v) = self.lp_max_tables {
+            c.lp_max_tables = parse_count("lp_max_tables", &v)?;
         }
         if let Some(v) = self.wal_accept_loss {
             c.wal_accept_loss = parse_bool("wal_accept_loss", &v)?;

@@ -77,6 +77,12 @@ struct ServeArgs {
     /// Create databases on their first line-protocol write (default true).
     #[arg(long, env = "SUNDIAL_LP_CREATE_DATABASES")]
     lp_create_databases: Option<String>,
+    /// Databases line protocol may create, at most (default 1000).
+    #[arg(long, env = "SUNDIAL_LP_MAX_DATABASES")]
+    lp_max_databases: Option<String>,
+    /// Tables per database line protocol may create, at most (default 10000).
+    #[arg(long, env = "SUNDIAL_LP_MAX_TABLES")]
+    lp_max_tables: Option<String>,
     /// WAL durability: `fsync` (default) or `none`.
     #[arg(long, env = "SUNDIAL_WAL_FSYNC")]
     wal_fsync: Option<String>,
@@ -124,6 +130,8 @@ impl ServeArgs {
                 .map(toml::Value::String),
             http_auth_token: self.http_auth_token.clone(),
             lp_create_databases: self.lp_create_databases.clone(),
+            lp_max_databases: self.lp_max_databases.clone().map(toml::Value::String),
+            lp_max_tables: self.lp_max_tables.clone().map(toml::Value::String),
             wal_fsync: self.wal_fsync.clone(),
             wal_accept_loss: self.wal_accept_loss.clone(),
             flush_size: self.flush_size.clone().map(toml::Value::String),

@@ -808,8 +808,35 @@ pub async fn write(
             .fetch_add(out.dropped as u64, Ordering::Relaxed);
         return Ok(out);
     }
-    let tables = ensure_tables(engine, db, &conv.measurements)?;
-    for (m, table) in conv.measurements.into_iter().zip(tables) {
+    // Past the cap on tables per database, new measurements are refused (a writer
+    // inventing names must not grow the catalog without bound).
+    let max_tables = engine.config().lp_max_tables;
+    let mut room = max_tables.saturating_sub(dbdef.tables.len());
+    let (measurements, refused): (Vec<_>, Vec<_>) = conv.measurements.into_iter().partition(|m| {
+        if m.table.is_some() {
+            return true;
+        }
+        let fits = room > 0;
+        room = room.saturating_sub(1);
+        fits
+    });
+    for m in &refused {
+        out.dropped += m.lines.len();
+        if let Some(l) = m.lines.first() {
+            out.errors.push(LineError {
+                line: *l,
+                text: String::new(),
+                message: format!(
+                    "database \"{db}\" has {max_tables} tables, the most line \
+                     protocol creates; measurement \"{}\" is not created ({} lines)",
+                    m.name,
+                    m.lines.len()
+                ),
+            });
+        }
+    }
+    let tables = ensure_tables(engine, db, &measurements)?;
+    for (m, table) in measurements.into_iter().zip(tables) {
         let table = match table {
             Ok(t) => t,
             Err(reason) => {
@@ -835,6 +862,16 @@ pub async fn write(
 }
 
 fn create_database(engine: &Engine, db: &str) -> Result<()> {
+    let max = engine.config().lp_max_databases;
+    if engine.catalog().snapshot().databases.len() >= max {
+        return Err(Error::sql(
+            "54000",
+            format!(
+                "there are {max} databases, the most line protocol creates; \
+                 database \"{db}\" is not created (CREATE DATABASE it with SQL)"
+            ),
+        ));
+    }
     if engine.catalog().create_database(db, true)? {
         tracing::info!(
             database = db,

@@ -1500,3 +1500,26 @@ async fn line_protocol_keeps_to_sql_tables_columns_and_reserved_names() {
     let hosts: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(hosts, vec!["a"]);
 }
+
+/// Line protocol creates databases and tables up to caps (`--lp-max-databases`,
+/// `--lp-max-tables`): past them the new names are refused with a 400 that says why,
+/// and writes to what exists go on.
+#[tokio::test]
+async fn line_protocol_stops_creating_databases_and_tables_at_the_caps() {
+    let server =
+        TestServer::start_with_args(&["--lp-max-tables", "2", "--lp-max-databases", "4"], &[]);
+    let body = "t1 v=1 1000000000\nt2 v=2 2000000000\nt3 v=3 3000000000\nt1 v=4 4000000000\n";
+    let r = post(&server.http_url("/write?db=capped&precision=ns"), body).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let msg = error_message(&r);
+    assert!(msg.contains("t3") && msg.contains("2 tables"), "{msg}");
+    let client = server.connect("capped").await;
+    assert_eq!(count_or_missing(&client, "t1").await, 2);
+    assert_eq!(count_or_missing(&client, "t2").await, 1);
+    // databases: the two a server starts with and "capped" exist; one more may be
+    // made, then no more
+    write_ok(&server.http_url("/write?db=third"), "m v=1\n").await;
+    let r = post(&server.http_url("/write?db=fourth"), "m v=1\n").await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(error_message(&r).contains("databases"), "{}", r.body);
+}
