@@ -987,11 +987,15 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        client.portal_store().rm_portal("");
         let status = match conn_of(client) {
             Ok(c) => wire_status(&c),
             Err(_) => client.transaction_status(),
         };
+        // The unnamed portal ends with its transaction, as in PostgreSQL: a Sync
+        // outside a block ends the implicit one (and a suspended portal's query).
+        if status == TransactionStatus::Idle {
+            client.portal_store().rm_portal(pgwire::api::DEFAULT_NAME);
+        }
         client.set_transaction_status(status);
         client
             .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
