@@ -573,20 +573,7 @@ pub async fn truncate(s: &Session, names: &[ast::ObjectName]) -> Result<Output> 
 
 /// Evaluates a constant logical expression (a table function argument).
 fn const_value(e: &datafusion::logical_expr::Expr) -> datafusion::error::Result<ScalarValue> {
-    let props = datafusion::execution::context::ExecutionProps::new();
-    let phys = datafusion::physical_expr::create_physical_expr(
-        e,
-        &DFSchema::empty(),
-        &props,
-        &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default(),
-    )?;
-    let batch = RecordBatch::try_new_with_options(
-        Arc::new(Schema::empty()),
-        vec![],
-        &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
-    )?;
-    let arr = phys.evaluate(&batch)?.into_array(1)?;
-    ScalarValue::try_from_array(&arr, 0)
+    super::functions::const_value(e, &datafusion::execution::context::ExecutionProps::new())
 }
 
 /// Table functions and scalar functions over the catalog, usable anywhere in a

@@ -18,6 +18,19 @@ async fn alive(server: &TestServer) {
     );
 }
 
+/// Connects once the server has a free connection slot again (it frees one when it
+/// has seen a connection end), trying for up to 30 s.
+async fn connect_when_free(server: &TestServer, what: &str) -> tokio_postgres::Client {
+    for _ in 0..300 {
+        if let Ok((c, conn)) = tokio_postgres::connect(&server.conn_str("sundial"), NoTls).await {
+            tokio::spawn(conn);
+            return c;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no connection within 30 s: {what}");
+}
+
 fn code(e: &tokio_postgres::Error) -> Option<&str> {
     e.code().map(SqlState::code)
 }
@@ -155,16 +168,7 @@ async fn postgres_connections_past_the_limit_get_53300() {
     assert_eq!(cells(text_rows(&second, "SELECT 1").await), vec![vec!["1"]]);
     drop(first);
     // The slot comes back once the server has seen the close.
-    let mut again = None;
-    for _ in 0..100 {
-        if let Ok((c, conn)) = tokio_postgres::connect(&server.conn_str("sundial"), NoTls).await {
-            tokio::spawn(conn);
-            again = Some(c);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let again = again.expect("a connection after one closed");
+    let again = connect_when_free(&server, "a connection after one closed").await;
     assert_eq!(cells(text_rows(&again, "SELECT 2").await), vec![vec!["2"]]);
 }
 
@@ -239,16 +243,7 @@ async fn a_query_stops_when_its_client_disconnects() {
         let _ = running.await;
         let _ = conn.await;
     }
-    let mut served = None;
-    for _ in 0..300 {
-        if let Ok((c, conn)) = tokio_postgres::connect(&server.conn_str("sundial"), NoTls).await {
-            tokio::spawn(conn);
-            served = Some(c);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let c = served.expect("the abandoned query gave its connection slot back");
+    let c = connect_when_free(&server, "the abandoned query gave its connection slot back").await;
     assert_eq!(cells(text_rows(&c, "SELECT 7").await), vec![vec!["7"]]);
 }
 

@@ -34,6 +34,27 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 use parking_lot::RwLock;
 
+/// The value of an expression that reads no column (a function argument folded at
+/// planning), with `props` giving `now()`.
+pub(crate) fn const_value(
+    e: &datafusion::logical_expr::Expr,
+    props: &datafusion::execution::context::ExecutionProps,
+) -> Result<ScalarValue> {
+    let phys = datafusion::physical_expr::create_physical_expr(
+        e,
+        &datafusion::common::DFSchema::empty(),
+        props,
+        &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default(),
+    )?;
+    let batch = arrow::array::RecordBatch::try_new_with_options(
+        Arc::new(arrow::datatypes::Schema::empty()),
+        vec![],
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
+    )?;
+    let arr = phys.evaluate(&batch)?.into_array(1)?;
+    ScalarValue::try_from_array(&arr, 0)
+}
+
 /// A PostgreSQL error with SQLSTATE `code`, as DataFusion carries it.
 pub(crate) fn sql_error(code: &'static str, msg: &str) -> datafusion::error::DataFusionError {
     datafusion::error::DataFusionError::External(Box::new(crate::error::Error::sql(code, msg)))

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl};
-use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::common::ScalarValue;
 use datafusion::datasource::TableProvider;
 use datafusion::error::Result;
 use datafusion::execution::context::ExecutionProps;
@@ -55,26 +55,12 @@ impl Series {
         if let Expr::Literal(..) = e {
             return Ok(Expr::Literal(integral(self.name, literal_of(e))?, None));
         }
-        let phys = datafusion::physical_expr::create_physical_expr(
-            e,
-            &DFSchema::empty(),
-            props,
-            &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default(
-            ),
-        )
-        .map_err(|_| {
+        let v = super::const_value(e, props).map_err(|_| {
             sql_error(
                 "0A000",
                 &format!("{}: the bounds must be constants here", self.name),
             )
         })?;
-        let batch = arrow::array::RecordBatch::try_new_with_options(
-            Arc::new(arrow::datatypes::Schema::empty()),
-            vec![],
-            &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
-        )?;
-        let arr = phys.evaluate(&batch)?.into_array(1)?;
-        let v = ScalarValue::try_from_array(&arr, 0)?;
         Ok(Expr::Literal(integral(self.name, v)?, None))
     }
 }
