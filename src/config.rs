@@ -32,6 +32,48 @@ impl std::str::FromStr for FsyncPolicy {
     }
 }
 
+/// How Postgres clients (and line-protocol writers) prove who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMethod {
+    /// Anyone may connect as any user (loopback only unless allowed).
+    Trust,
+    /// PostgreSQL's md5 challenge (for old clients).
+    Md5,
+    /// SCRAM-SHA-256, PostgreSQL's default since 14.
+    ScramSha256,
+}
+
+impl std::str::FromStr for AuthMethod {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "trust" => Ok(AuthMethod::Trust),
+            "md5" => Ok(AuthMethod::Md5),
+            "scram-sha-256" | "scram" => Ok(AuthMethod::ScramSha256),
+            other => Err(Error::Config(format!(
+                "auth must be `trust`, `md5` or `scram-sha-256`, not `{other}`"
+            ))),
+        }
+    }
+}
+
+impl AuthMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            AuthMethod::Trust => "trust",
+            AuthMethod::Md5 => "md5",
+            AuthMethod::ScramSha256 => "scram-sha-256",
+        }
+    }
+}
+
+/// The certificate chain and private key (PEM files) both ports serve TLS with.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 /// The effective configuration of one server.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -48,8 +90,23 @@ pub struct Config {
     /// Request bodies (and their gunzipped form) held at once by all line-protocol
     /// HTTP requests together; past it requests wait, then get 503.
     pub http_max_inflight_bytes: u64,
-    /// When set, line-protocol writes need this token (`Token`/`Bearer`, or `p=`).
+    /// An API token the HTTP port accepts as the superuser's credentials
+    /// (`Token`/`Bearer`, or `p=`); needs password authentication.
     pub http_auth_token: Option<String>,
+    /// HTTP endpoints that answer without credentials when authentication is on.
+    pub http_open_endpoints: Vec<String>,
+    /// Authentication on the Postgres port and the HTTP port.
+    pub auth: AuthMethod,
+    /// The role created (or kept) at start-up with SUPERUSER and LOGIN.
+    pub superuser: String,
+    /// The superuser's password (from `SUNDIAL_SUPERUSER_PASSWORD` or a file).
+    pub superuser_password: Option<String>,
+    /// Allow `trust` on an address other than loopback.
+    pub allow_remote_trust: bool,
+    /// TLS on the Postgres and HTTP ports.
+    pub tls: Option<TlsFiles>,
+    /// Refuse clients that do not use TLS.
+    pub tls_require: bool,
     /// Create a database on its first line-protocol write (else 404).
     pub lp_create_databases: bool,
     /// Databases past which line protocol creates no more.
@@ -88,6 +145,13 @@ impl Default for Config {
             http_max_body_size: 32 * 1024 * 1024,
             http_max_inflight_bytes: 256 * 1024 * 1024,
             http_auth_token: None,
+            http_open_endpoints: vec!["health".into(), "ping".into()],
+            auth: AuthMethod::Trust,
+            superuser: "sundial".into(),
+            superuser_password: None,
+            allow_remote_trust: false,
+            tls: None,
+            tls_require: false,
             lp_create_databases: true,
             lp_max_databases: 1_000,
             lp_max_tables: 10_000,
@@ -118,6 +182,15 @@ pub struct Settings {
     pub http_max_body_size: Option<toml::Value>,
     pub http_max_inflight_bytes: Option<toml::Value>,
     pub http_auth_token: Option<String>,
+    pub http_open_endpoints: Option<String>,
+    pub auth: Option<String>,
+    pub superuser: Option<String>,
+    pub superuser_password: Option<String>,
+    pub superuser_password_file: Option<PathBuf>,
+    pub allow_remote_trust: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_require: Option<String>,
     pub lp_create_databases: Option<String>,
     pub lp_max_databases: Option<toml::Value>,
     pub lp_max_tables: Option<toml::Value>,
@@ -157,6 +230,15 @@ impl Settings {
             http_max_body_size,
             http_max_inflight_bytes,
             http_auth_token,
+            http_open_endpoints,
+            auth,
+            superuser,
+            superuser_password,
+            superuser_password_file,
+            allow_remote_trust,
+            tls_cert,
+            tls_key,
+            tls_require,
             lp_create_databases,
             lp_max_databases,
             lp_max_tables,
@@ -210,7 +292,67 @@ impl Settings {
             }
         }
         if let Some(t) = self.http_auth_token {
-            c.http_auth_token = Some(t).filter(|t| !t.is_empty());
+            if t.trim().is_empty() {
+                return Err(Error::Config(
+                    "http_auth_token is empty: give a secret or leave the setting out".into(),
+                ));
+            }
+            c.http_auth_token = Some(t);
+        }
+        if let Some(v) = self.http_open_endpoints {
+            c.http_open_endpoints = parse_endpoints(&v)?;
+        }
+        c.superuser_password = match (self.superuser_password, self.superuser_password_file) {
+            (Some(_), Some(_)) => {
+                return Err(Error::Config(
+                    "give the superuser password or a password file, not both".into(),
+                ));
+            }
+            (Some(p), None) => Some(p),
+            (None, Some(f)) => Some(read_password_file(&f)?),
+            (None, None) => None,
+        };
+        if c.superuser_password.as_deref().is_some_and(str::is_empty) {
+            return Err(Error::Config("the superuser password is empty".into()));
+        }
+        // Configuring a password turns authentication on unless `auth` says otherwise.
+        c.auth = match (self.auth, &c.superuser_password) {
+            (Some(a), _) => a.parse()?,
+            (None, Some(_)) => AuthMethod::ScramSha256,
+            (None, None) => AuthMethod::Trust,
+        };
+        if let Some(u) = self.superuser {
+            if u.is_empty() || u.len() > 63 {
+                return Err(Error::Config(
+                    "superuser must be a role name of 1 to 63 bytes".into(),
+                ));
+            }
+            c.superuser = u;
+        }
+        if let Some(v) = self.allow_remote_trust {
+            c.allow_remote_trust = parse_bool("allow_remote_trust", &v)?;
+        }
+        c.tls = match (self.tls_cert, self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            (None, None) => None,
+            _ => {
+                return Err(Error::Config(
+                    "tls_cert and tls_key go together: give both or neither".into(),
+                ));
+            }
+        };
+        if let Some(v) = self.tls_require {
+            c.tls_require = parse_bool("tls_require", &v)?;
+            if c.tls_require && c.tls.is_none() {
+                return Err(Error::Config(
+                    "tls_require needs tls_cert and tls_key".into(),
+                ));
+            }
+        }
+        if c.auth == AuthMethod::Trust && c.http_auth_token.is_some() {
+            return Err(Error::Config(
+                "http_auth_token needs auth = scram-sha-256 or md5: with trust the Postgres port would stay open".into(),
+            ));
         }
         if let Some(v) = self.lp_create_databases {
             c.lp_create_databases = parse_bool("lp_create_databases", &v)?;
@@ -261,8 +403,45 @@ impl Settings {
         if let Some(v) = self.log_level {
             c.log_level = v;
         }
+        if c.auth == AuthMethod::Trust && !c.allow_remote_trust && !c.pg_addr.ip().is_loopback() {
+            return Err(Error::Config(format!(
+                "auth is trust but pg_addr {} is not a loopback address: anyone who can reach it could connect as any user. Set auth = scram-sha-256 and a superuser password, or allow_remote_trust = true",
+                c.pg_addr
+            )));
+        }
         Ok(c)
     }
+}
+
+/// `health,metrics` → the endpoint names (`none` for none).
+fn parse_endpoints(v: &str) -> Result<Vec<String>> {
+    let mut out = vec![];
+    for e in v
+        .split(',')
+        .map(|e| e.trim().trim_start_matches('/').to_ascii_lowercase())
+    {
+        match e.as_str() {
+            "" | "none" => {}
+            "health" | "ping" | "metrics" => out.push(e),
+            other => {
+                return Err(Error::Config(format!(
+                    "http_open_endpoints: `{other}` is not one of health, ping, metrics"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The first line of a password file.
+fn read_password_file(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::Config(format!(
+            "cannot read superuser password file {}: {e}",
+            path.display()
+        ))
+    })?;
+    Ok(text.lines().next().unwrap_or("").to_string())
 }
 
 fn parse_bool(name: &str, v: &str) -> Result<bool> {

@@ -71,9 +71,36 @@ struct ServeArgs {
     /// Body bytes all line-protocol requests may hold at once (default 256MiB).
     #[arg(long, env = "SUNDIAL_HTTP_MAX_INFLIGHT_BYTES")]
     http_max_inflight_bytes: Option<String>,
-    /// Token line-protocol writes must present (default: none, no auth).
-    #[arg(long, env = "SUNDIAL_HTTP_AUTH_TOKEN")]
+    /// API token the HTTP port accepts as the superuser (needs password auth).
+    #[arg(long, env = "SUNDIAL_HTTP_AUTH_TOKEN", hide_env_values = true)]
     http_auth_token: Option<String>,
+    /// HTTP endpoints open without credentials (default health,ping).
+    #[arg(long, env = "SUNDIAL_HTTP_OPEN_ENDPOINTS")]
+    http_open_endpoints: Option<String>,
+    /// Authentication: trust (default without a password), md5 or scram-sha-256.
+    #[arg(long, env = "SUNDIAL_AUTH")]
+    auth: Option<String>,
+    /// Role created at start-up with SUPERUSER and LOGIN (default sundial).
+    #[arg(long, env = "SUNDIAL_SUPERUSER")]
+    superuser: Option<String>,
+    /// The superuser's password (prefer the environment or a file).
+    #[arg(long, env = "SUNDIAL_SUPERUSER_PASSWORD", hide_env_values = true)]
+    superuser_password: Option<String>,
+    /// File whose first line is the superuser's password.
+    #[arg(long, env = "SUNDIAL_SUPERUSER_PASSWORD_FILE")]
+    superuser_password_file: Option<PathBuf>,
+    /// Allow trust authentication on a non-loopback address (default false).
+    #[arg(long, env = "SUNDIAL_ALLOW_REMOTE_TRUST")]
+    allow_remote_trust: Option<String>,
+    /// PEM certificate chain for TLS on the Postgres and HTTP ports.
+    #[arg(long, env = "SUNDIAL_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, env = "SUNDIAL_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// Refuse clients that do not use TLS (default false).
+    #[arg(long, env = "SUNDIAL_TLS_REQUIRE")]
+    tls_require: Option<String>,
     /// Create databases on their first line-protocol write (default true).
     #[arg(long, env = "SUNDIAL_LP_CREATE_DATABASES")]
     lp_create_databases: Option<String>,
@@ -129,6 +156,15 @@ impl ServeArgs {
                 .clone()
                 .map(toml::Value::String),
             http_auth_token: self.http_auth_token.clone(),
+            http_open_endpoints: self.http_open_endpoints.clone(),
+            auth: self.auth.clone(),
+            superuser: self.superuser.clone(),
+            superuser_password: self.superuser_password.clone(),
+            superuser_password_file: self.superuser_password_file.clone(),
+            allow_remote_trust: self.allow_remote_trust.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            tls_require: self.tls_require.clone(),
             lp_create_databases: self.lp_create_databases.clone(),
             lp_max_databases: self.lp_max_databases.clone().map(toml::Value::String),
             lp_max_tables: self.lp_max_tables.clone().map(toml::Value::String),

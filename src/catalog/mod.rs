@@ -5,6 +5,7 @@
 
 pub mod migrate;
 mod ops;
+pub mod roles;
 pub mod types;
 
 use std::collections::BTreeMap;
@@ -40,6 +41,9 @@ pub struct Manifest {
     /// Every WAL record with a sequence number up to this one is in Parquet files.
     pub flushed_wal_seq: u64,
     pub databases: BTreeMap<String, DatabaseDef>,
+    /// Roles by name (`CREATE ROLE`); shared by every database.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<String, roles::RoleDef>,
 }
 
 /// One database: a namespace of tables and views.
@@ -244,6 +248,7 @@ impl Manifest {
             next_id: 1,
             flushed_wal_seq: 0,
             databases: BTreeMap::new(),
+            roles: BTreeMap::new(),
         };
         for db in DEFAULT_DATABASES {
             let id = m.alloc_id();

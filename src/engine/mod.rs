@@ -83,6 +83,28 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// Creates (or updates) the configured superuser, and checks that password
+/// authentication leaves some role able to log in.
+fn open_roles(catalog: &Catalog, config: &Config) -> Result<()> {
+    catalog.bootstrap_superuser(&config.superuser, config.superuser_password.as_deref())?;
+    if config.auth == crate::config::AuthMethod::Trust {
+        tracing::info!(
+            addr = %config.pg_addr,
+            "authentication: trust (no password configured); any user name is accepted"
+        );
+        return Ok(());
+    }
+    let m = catalog.snapshot();
+    if !m.roles.values().any(|r| r.login && r.password.is_some()) {
+        return Err(Error::Config(format!(
+            "auth is {} but no role has a password: set SUNDIAL_SUPERUSER_PASSWORD or superuser_password_file",
+            config.auth.name()
+        )));
+    }
+    tracing::info!(method = config.auth.name(), superuser = %config.superuser, "authentication on");
+    Ok(())
+}
+
 impl Engine {
     /// Opens the data directory, replays the WAL and starts the background work
     /// (flush, compaction, retention). Must run inside a Tokio runtime.
@@ -99,6 +121,7 @@ impl Engine {
                 "restored tables dropped by uncommitted transactions"
             );
         }
+        open_roles(&catalog, &config)?;
         let manifest = catalog.snapshot();
         let (wal, records) = Wal::open(
             &dir.join("wal"),

@@ -18,6 +18,7 @@ pub mod pg_catalog;
 pub mod pgnumeric;
 pub mod plan_cache;
 pub mod prepass;
+pub mod roles;
 pub mod session;
 pub mod tx;
 pub mod views;
@@ -141,6 +142,8 @@ pub struct Session {
     tx: parking_lot::Mutex<tx::TxState>,
     /// Open cursors (DECLARE ... CURSOR).
     pub cursors: cursor::Cursors,
+    /// The role this session logged in as.
+    pub user: String,
 }
 
 impl std::fmt::Debug for Session {
@@ -843,6 +846,7 @@ impl Session {
             staging,
             tx: Default::default(),
             cursors: Default::default(),
+            user: user.to_string(),
         };
         session.note_settings();
         Ok(session)
@@ -1490,6 +1494,9 @@ impl Session {
         if let Some(out) = set? {
             return Ok(out);
         }
+        if roles::handles(stmt) {
+            return roles::execute(self, stmt);
+        }
         ddl::execute(self, stmt).await
     }
 }
@@ -1815,6 +1822,7 @@ fn is_native(stmt: &Statement) -> bool {
         || session::handles(stmt)
         || ddl::handles(stmt)
         || copy::handles(stmt)
+        || roles::handles(stmt)
 }
 
 #[cfg(test)]

@@ -12,12 +12,15 @@ use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Wor
 pub const MOVE_MARK: &str = "_sundial_move";
 /// Appended to the `INTO` target (or alone) when the count was negative.
 pub const NEGATIVE_MARK: &str = "_sundial_neg";
+/// The `IN ROLE` member that marks a `CREATE ROLE` written as `CREATE USER`
+/// (whose default is LOGIN).
+pub const USER_MARK: &str = "_sundial_user";
 
 /// Returns `sql` with every `CREATE TABLE ... WITH (...)` option list normalized
 /// and MOVE statements written as marked FETCHes. SQL that does not tokenize is
 /// returned unchanged (the parser reports the error).
 pub fn rewrite(sql: &str) -> String {
-    let sql = &moves(sql);
+    let sql = &users(&moves(sql));
     let lower = sql.to_ascii_lowercase();
     if !(lower.contains("create") && lower.contains("with")) {
         return sql.to_string();
@@ -107,6 +110,51 @@ fn moves(sql: &str) -> String {
             return sql.to_string();
         };
         edits.push((from, to, canonical));
+    }
+    apply(sql, edits)
+}
+
+/// PostgreSQL's `CREATE USER` / `ALTER USER` are its `CREATE ROLE` / `ALTER ROLE`
+/// (sqlparser reads them as Snowflake's): the keyword becomes ROLE, and a CREATE
+/// gets [`USER_MARK`] as an `IN ROLE` member, for its LOGIN default.
+fn users(sql: &str) -> String {
+    if !sql.to_ascii_lowercase().contains("user") {
+        return sql.to_string();
+    }
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location() else {
+        return sql.to_string();
+    };
+    let offsets = LineIndex::new(sql);
+    let sig: Vec<&TokenWithSpan> = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::EOF))
+        .collect();
+    let mut edits: Vec<(usize, usize, String)> = vec![];
+    for i in 0..sig.len().saturating_sub(1) {
+        let starts = i == 0 || matches!(sig[i - 1].token, Token::SemiColon);
+        let create = is_kw(&sig[i].token, "create");
+        if !(starts
+            && (create || is_kw(&sig[i].token, "alter"))
+            && is_kw(&sig[i + 1].token, "user"))
+        {
+            continue;
+        }
+        let (Some(from), Some(to)) = (
+            offsets.offset(&sig[i + 1].span.start),
+            offsets.offset(&sig[i + 1].span.end),
+        ) else {
+            return sql.to_string();
+        };
+        edits.push((from, to, "ROLE".into()));
+        if create {
+            let stop = (i + 2..sig.len())
+                .find(|&k| matches!(sig[k].token, Token::SemiColon))
+                .unwrap_or(sig.len());
+            let Some(end) = offsets.offset(&sig[stop - 1].span.end) else {
+                return sql.to_string();
+            };
+            edits.push((end, end, format!(" IN ROLE {USER_MARK}")));
+        }
     }
     apply(sql, edits)
 }

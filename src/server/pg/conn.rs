@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, SinkExt, StreamExt};
 use pgwire::api::{ClientInfo, PgWireConnectionState};
-use pgwire::error::ErrorInfo;
+use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
 use tokio::net::TcpStream;
@@ -97,7 +97,21 @@ pub(super) async fn serve(
         )
         .await;
         if let Err(e) = result {
-            process_error(&mut socket, e, extended).await?;
+            // A FATAL error (failed authentication, unknown database) ends the
+            // connection: no ReadyForQuery, nothing more read.
+            let info = ErrorInfo::from(e);
+            if info.is_fatal() {
+                socket
+                    .send(PgWireBackendMessage::ErrorResponse(info.into()))
+                    .await?;
+                return socket.close().await;
+            }
+            process_error(
+                &mut socket,
+                PgWireError::UserError(Box::new(info)),
+                extended,
+            )
+            .await?;
         }
         if watch.is_none()
             && let Some(c) = socket.session_extensions().get::<ConnRef>()

@@ -1,7 +1,8 @@
-//! PostgreSQL wire protocol (pgwire): startup with trust authentication and
-//! database check, simple and extended query, cancel requests, and encoding of
+//! PostgreSQL wire protocol (pgwire): startup with trust, md5 or SCRAM
+//! authentication and database check, simple and extended query, cancel requests, and encoding of
 //! Arrow results in text or binary per column.
 
+mod auth;
 mod conn;
 mod params;
 
@@ -148,11 +149,42 @@ impl StartupHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let PgWireFrontendMessage::Startup(ref startup) = message else {
-            return Ok(());
+        let authenticated = match message {
+            PgWireFrontendMessage::Startup(ref startup) => {
+                protocol_negotiation(client, startup).await?;
+                save_startup_parameters_to_metadata(client, startup);
+                if self.engine.config().tls_require && !client.is_secure() {
+                    return Err(auth::fatal(
+                        "28000",
+                        format!(
+                            "connection from {} refused: this server requires TLS (sslmode=require)",
+                            client.socket_addr().ip()
+                        ),
+                    ));
+                }
+                auth::begin(&self.engine, client).await?
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(msg) => {
+                auth::step(&self.engine, client, msg).await?
+            }
+            _ => false,
         };
-        protocol_negotiation(client, startup).await?;
-        save_startup_parameters_to_metadata(client, startup);
+        if authenticated {
+            self.open_session(client).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Handler {
+    /// After authentication: checks the role may log in and opens the session on
+    /// its database (FATAL 3D000 when there is none).
+    async fn open_session<C>(&self, client: &mut C) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
         let user = client
             .metadata()
             .get(pgwire::api::METADATA_USER)
@@ -163,6 +195,24 @@ impl StartupHandler for Handler {
             .get(pgwire::api::METADATA_DATABASE)
             .cloned()
             .unwrap_or_else(|| user.clone());
+        if self.engine.config().auth != crate::config::AuthMethod::Trust {
+            let catalog = self.engine.catalog().snapshot();
+            match catalog.role(&user) {
+                Some(r) if r.login => {}
+                Some(_) => {
+                    return Err(auth::fatal(
+                        "28000",
+                        format!("role \"{user}\" is not permitted to log in"),
+                    ));
+                }
+                None => {
+                    return Err(auth::fatal(
+                        "28000",
+                        format!("role \"{user}\" does not exist"),
+                    ));
+                }
+            }
+        }
         let (pid, secret) = self.pids.generate(client);
         let pid = (std::process::id() as i32)
             .wrapping_mul(1000)
@@ -170,10 +220,7 @@ impl StartupHandler for Handler {
             .abs();
         let session = match Session::new(self.engine.clone(), &db, &user, pid) {
             Ok(s) => s,
-            Err(e) => {
-                let info = ErrorInfo::new("FATAL".into(), e.sqlstate().into(), e.to_string());
-                return Err(PgWireError::UserError(Box::new(info)));
-            }
+            Err(e) => return Err(auth::fatal(e.sqlstate(), e.to_string())),
         };
         client.set_pid_and_secret_key(pid, secret.clone());
         let (handle, guard) = self.manager.register(pid, secret.clone());

@@ -1296,6 +1296,74 @@ pub const EMPTY_RELS: &[&str] = &[
     "pg_trigger",
 ];
 
+/// One role as the catalogs show it.
+struct RoleRow {
+    oid: i32,
+    name: String,
+    superuser: bool,
+    login: bool,
+    create_db: bool,
+    create_role: bool,
+    conn_limit: i32,
+    password: Option<crate::catalog::roles::Secret>,
+}
+
+/// The roles of the catalog, and PostgreSQL's `pg_database_owner`. The role that
+/// owns every object (oid 10) is the configured superuser; under trust it is the
+/// session's user when that is not a catalog role.
+fn roles(ctx: &CatalogCtx, user: &str) -> Vec<RoleRow> {
+    let manifest = ctx.engine.catalog().snapshot();
+    let config = ctx.engine.config();
+    let trust = config.auth == crate::config::AuthMethod::Trust;
+    let owner = if trust && manifest.role(user).is_none() {
+        user.to_string()
+    } else {
+        config.superuser.clone()
+    };
+    let mut out: Vec<RoleRow> = manifest
+        .roles
+        .iter()
+        .map(|(name, r)| RoleRow {
+            oid: if *name == owner {
+                ROLE_OWNER
+            } else {
+                user_oid(r.id)
+            },
+            name: name.clone(),
+            superuser: r.superuser,
+            login: r.login,
+            create_db: r.create_db,
+            create_role: r.create_role,
+            conn_limit: r.conn_limit,
+            password: r.password.clone(),
+        })
+        .collect();
+    if !out.iter().any(|r| r.oid == ROLE_OWNER) {
+        out.push(RoleRow {
+            oid: ROLE_OWNER,
+            name: owner,
+            superuser: true,
+            login: true,
+            create_db: true,
+            create_role: true,
+            conn_limit: -1,
+            password: None,
+        });
+    }
+    out.push(RoleRow {
+        oid: ROLE_DATABASE_OWNER,
+        name: "pg_database_owner".into(),
+        superuser: false,
+        login: false,
+        create_db: false,
+        create_role: false,
+        conn_limit: -1,
+        password: None,
+    });
+    out.sort_by_key(|r| r.oid);
+    out
+}
+
 fn pg_rows(ctx: &CatalogCtx, rel: &str) -> Vec<Row> {
     if EMPTY_RELS.contains(&rel) {
         return vec![];
@@ -1470,57 +1538,54 @@ fn pg_rows(ctx: &CatalogCtx, rel: &str) -> Vec<Row> {
                 ("collctype", s("C")),
             ],
         ],
-        "pg_roles" | "pg_authid" => vec![
-            vec![
-                ("oid", i(ROLE_OWNER)),
-                ("rolname", s(&user)),
-                ("rolsuper", V::B(true)),
-                ("rolinherit", V::B(true)),
-                ("rolcreaterole", V::B(true)),
-                ("rolcreatedb", V::B(true)),
-                ("rolcanlogin", V::B(true)),
-                ("rolreplication", V::B(true)),
-                ("rolbypassrls", V::B(true)),
-                ("rolconnlimit", i(-1)),
-                (
-                    "rolpassword",
-                    if rel == "pg_roles" {
-                        s("********")
-                    } else {
-                        V::N
-                    },
-                ),
-            ],
-            vec![
-                ("oid", i(ROLE_DATABASE_OWNER)),
-                ("rolname", s("pg_database_owner")),
-                ("rolsuper", V::B(false)),
-                ("rolinherit", V::B(true)),
-                ("rolcreaterole", V::B(false)),
-                ("rolcreatedb", V::B(false)),
-                ("rolcanlogin", V::B(false)),
-                ("rolreplication", V::B(false)),
-                ("rolbypassrls", V::B(false)),
-                ("rolconnlimit", i(-1)),
-                (
-                    "rolpassword",
-                    if rel == "pg_roles" {
-                        s("********")
-                    } else {
-                        V::N
-                    },
-                ),
-            ],
-        ],
-        "pg_user" => vec![vec![
-            ("usename", s(&user)),
-            ("usesysid", i(ROLE_OWNER)),
-            ("usecreatedb", V::B(true)),
-            ("usesuper", V::B(true)),
-            ("userepl", V::B(true)),
-            ("usebypassrls", V::B(true)),
-            ("passwd", s("********")),
-        ]],
+        "pg_roles" | "pg_authid" => {
+            let superuser = ctx.engine.config().auth == crate::config::AuthMethod::Trust
+                || ctx
+                    .engine
+                    .catalog()
+                    .snapshot()
+                    .role(&user)
+                    .is_some_and(|r| r.superuser);
+            roles(ctx, &user)
+                .into_iter()
+                .map(|r| {
+                    let password = match (rel, &r.password) {
+                        ("pg_roles", _) => s("********"),
+                        // Only superusers see password verifiers.
+                        (_, Some(p)) if superuser => s(p.verifier()),
+                        _ => V::N,
+                    };
+                    vec![
+                        ("oid", i(r.oid)),
+                        ("rolname", s(r.name)),
+                        ("rolsuper", V::B(r.superuser)),
+                        ("rolinherit", V::B(true)),
+                        ("rolcreaterole", V::B(r.create_role)),
+                        ("rolcreatedb", V::B(r.create_db)),
+                        ("rolcanlogin", V::B(r.login)),
+                        ("rolreplication", V::B(r.superuser)),
+                        ("rolbypassrls", V::B(r.superuser)),
+                        ("rolconnlimit", i(r.conn_limit)),
+                        ("rolpassword", password),
+                    ]
+                })
+                .collect()
+        }
+        "pg_user" => roles(ctx, &user)
+            .into_iter()
+            .filter(|r| r.login)
+            .map(|r| {
+                vec![
+                    ("usename", s(r.name)),
+                    ("usesysid", i(r.oid)),
+                    ("usecreatedb", V::B(r.create_db)),
+                    ("usesuper", V::B(r.superuser)),
+                    ("userepl", V::B(r.superuser)),
+                    ("usebypassrls", V::B(r.superuser)),
+                    ("passwd", s("********")),
+                ]
+            })
+            .collect(),
         "pg_tablespace" => vec![
             vec![
                 ("oid", i(1663)),
