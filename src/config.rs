@@ -403,6 +403,15 @@ impl Settings {
         if let Some(v) = self.log_level {
             c.log_level = v;
         }
+        if let Some(tcp) = c.tcp_addr
+            && c.auth != AuthMethod::Trust
+            && !tcp.ip().is_loopback()
+        {
+            return Err(Error::Config(format!(
+                "tcp_addr {tcp}: raw TCP line protocol has no credentials, so with auth = {} it may only listen on a loopback address (use the HTTP port, which checks them)",
+                c.auth.name()
+            )));
+        }
         if c.auth == AuthMethod::Trust && !c.allow_remote_trust && !c.pg_addr.ip().is_loopback() {
             return Err(Error::Config(format!(
                 "auth is trust but pg_addr {} is not a loopback address: anyone who can reach it could connect as any user. Set auth = scram-sha-256 and a superuser password, or allow_remote_trust = true",

@@ -3,6 +3,7 @@
 
 pub mod influx;
 pub mod pg;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +21,8 @@ pub struct Listeners {
     pub http_addr: Option<SocketAddr>,
     pub tcp: Option<TcpListener>,
     pub tcp_addr: Option<SocketAddr>,
+    /// TLS acceptors when a certificate is configured.
+    pub tls: Option<tls::Acceptors>,
 }
 
 async fn bind_one(addr: SocketAddr, what: &str) -> Result<(TcpListener, SocketAddr)> {
@@ -32,8 +35,10 @@ async fn bind_one(addr: SocketAddr, what: &str) -> Result<(TcpListener, SocketAd
     Ok((l, a))
 }
 
-/// Binds the configured ports; a port in use is a clear error.
+/// Binds the configured ports and loads the TLS certificate; a port in use or an
+/// unusable certificate is a clear error.
 pub async fn bind(engine: &Engine) -> Result<Listeners> {
+    let tls = engine.config().tls.as_ref().map(tls::load).transpose()?;
     let addr = engine.config().pg_addr;
     let pg = TcpListener::bind(addr)
         .await
@@ -62,19 +67,22 @@ pub async fn bind(engine: &Engine) -> Result<Listeners> {
         http_addr,
         tcp,
         tcp_addr,
+        tls,
     })
 }
 
 /// Serves until the engine's shutdown token fires.
 pub async fn serve(engine: Arc<Engine>, listeners: Listeners) {
     let mut tasks = vec![];
+    let require = engine.config().tls_require;
     if let Some(l) = listeners.http {
-        tasks.push(tokio::spawn(influx::serve(engine.clone(), l)));
+        let tls = listeners.tls.as_ref().map(|t| (t.http.clone(), require));
+        tasks.push(tokio::spawn(influx::serve(engine.clone(), l, tls)));
     }
     if let Some(l) = listeners.tcp {
         tasks.push(tokio::spawn(influx::tcp::serve(engine.clone(), l)));
     }
-    pg::serve(engine, listeners.pg).await;
+    pg::serve(engine, listeners.pg, listeners.tls.map(|t| t.pg)).await;
     for t in tasks {
         let _ = t.await;
     }

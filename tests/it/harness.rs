@@ -176,14 +176,14 @@ pub fn spawn_with_args(
     env: &[(String, String)],
 ) -> Result<(Child, Addrs), String> {
     let mut cmd = Command::new(server_bin());
-    cmd.arg("serve")
-        .arg("--data-dir")
-        .arg(dir)
-        .arg("--pg-addr")
-        .arg("127.0.0.1:0")
-        .arg("--http-addr")
-        .arg("127.0.0.1:0")
-        .args(args)
+    cmd.arg("serve").arg("--data-dir").arg(dir);
+    // Ephemeral loopback ports unless the test names its own.
+    for flag in ["--pg-addr", "--http-addr"] {
+        if !args.iter().any(|a| a == flag) {
+            cmd.arg(flag).arg("127.0.0.1:0");
+        }
+    }
+    cmd.args(args)
         .env("SUNDIAL_LOG_LEVEL", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

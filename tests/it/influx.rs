@@ -851,7 +851,10 @@ async fn body_over_the_limit_is_413_plain_and_gzip_bomb() {
 
 #[tokio::test]
 async fn auth_token_is_required_for_writes() {
-    let server = TestServer::start_with_env(&[("SUNDIAL_HTTP_AUTH_TOKEN", "secret")]);
+    let server = TestServer::start_with_env(&[
+        ("SUNDIAL_HTTP_AUTH_TOKEN", "secret"),
+        ("SUNDIAL_SUPERUSER_PASSWORD", "pw"),
+    ]);
     let line = |via: &str, n: i64| format!("auth,via={via} v=1 {}", 1_700_000_000_000_000_000 + n);
 
     let denied: [AuthCase; 7] = [
@@ -913,7 +916,13 @@ async fn auth_token_is_required_for_writes() {
     assert_eq!(get(&server.http_url("/health")).await.status, 200);
 
     // exactly the authorised writes landed
-    let client = server.connect("auth_db").await;
+    let (client, conn) = tokio_postgres::connect(
+        &format!("{} user=sundial password=pw", server.conn_str("auth_db")),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect with the superuser's password");
+    tokio::spawn(conn);
     let rows = text_rows(&client, "SELECT via FROM auth").await;
     let mut got: Vec<String> = rows.into_iter().filter_map(|r| r[0].clone()).collect();
     got.sort();

@@ -1,3 +1,4 @@
+mod auth;
 mod bench_query;
 mod chunks;
 mod copy;

@@ -1,6 +1,7 @@
 //! The HTTP port's listener: at most `lp_max_connections` connections at once (more
 //! get a 503 with `Retry-After` and are closed), and a connection that sends nothing
 //! for `lp_idle_timeout` is closed, so idle clients cannot use up file descriptors.
+//! With TLS configured, connections are opened (HTTPS or plain) off the accept loop.
 
 use std::io;
 use std::net::SocketAddr;
@@ -11,7 +12,10 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+
+use crate::server::tls::{self, Opened, Stream};
 use tokio_io_timeout::TimeoutStream;
 
 /// Refused connections answered with a 503 at the same time.
@@ -20,6 +24,10 @@ const MAX_REFUSALS: usize = 64;
 /// A listener that hands out connections while a slot is free.
 pub struct Limited {
     inner: TcpListener,
+    /// TLS acceptor and whether plain HTTP is refused.
+    tls: Option<(TlsAcceptor, bool)>,
+    /// Connections whose TLS handshake finished.
+    opened: (mpsc::Sender<Accepted>, mpsc::Receiver<Accepted>),
     slots: Arc<Semaphore>,
     /// Refusals being answered at once; past this a connection is closed unanswered.
     refusals: Arc<Semaphore>,
@@ -28,9 +36,16 @@ pub struct Limited {
 }
 
 impl Limited {
-    pub fn new(inner: TcpListener, limit: usize, idle: Duration) -> Limited {
+    pub fn new(
+        inner: TcpListener,
+        limit: usize,
+        idle: Duration,
+        tls: Option<(TlsAcceptor, bool)>,
+    ) -> Limited {
         Limited {
             inner,
+            tls,
+            opened: mpsc::channel(MAX_REFUSALS),
             slots: Arc::new(Semaphore::new(limit)),
             refusals: Arc::new(Semaphore::new(MAX_REFUSALS)),
             limit,
@@ -41,8 +56,20 @@ impl Limited {
 
 /// An accepted connection: its slot is given back when it is dropped.
 pub struct Conn {
-    io: Pin<Box<TimeoutStream<TcpStream>>>,
+    io: Box<dyn Stream>,
     _slot: OwnedSemaphorePermit,
+}
+
+type Timed = Pin<Box<TimeoutStream<TcpStream>>>;
+
+/// A connection ready to serve, and its peer.
+type Accepted = (Conn, SocketAddr);
+
+fn timed(sock: TcpStream, idle: Duration) -> Timed {
+    let _ = sock.set_nodelay(true);
+    let mut io = TimeoutStream::new(sock);
+    io.set_read_timeout(Some(idle));
+    Box::pin(io)
 }
 
 impl axum::serve::Listener for Limited {
@@ -51,7 +78,11 @@ impl axum::serve::Listener for Limited {
 
     async fn accept(&mut self) -> (Conn, SocketAddr) {
         loop {
-            let (sock, peer) = match self.inner.accept().await {
+            let accepted = tokio::select! {
+                Some(c) = self.opened.1.recv() => return c,
+                a = self.inner.accept() => a,
+            };
+            let (sock, peer) = match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     // Out of file descriptors, most likely: wait for some to close.
@@ -70,16 +101,21 @@ impl axum::serve::Listener for Limited {
                 }
                 continue;
             };
-            let _ = sock.set_nodelay(true);
-            let mut io = TimeoutStream::new(sock);
-            io.set_read_timeout(Some(self.idle));
-            return (
-                Conn {
-                    io: Box::pin(io),
-                    _slot: slot,
-                },
-                peer,
-            );
+            let idle = self.idle;
+            let Some((acceptor, require)) = self.tls.clone() else {
+                let io = Box::new(timed(sock, idle));
+                return (Conn { io, _slot: slot }, peer);
+            };
+            let ready = self.opened.0.clone();
+            tokio::spawn(async move {
+                let io: Box<dyn Stream> =
+                    match tls::open(sock, |s| timed(s, idle), &acceptor, require).await {
+                        Opened::Tls(s) => s,
+                        Opened::Plain(s) => Box::new(s),
+                        Opened::Refused => return,
+                    };
+                let _ = ready.send((Conn { io, _slot: slot }, peer)).await;
+            });
         }
     }
 
@@ -111,7 +147,7 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        self.io.as_mut().poll_read(cx, buf)
+        Pin::new(&mut *self.io).poll_read(cx, buf)
     }
 }
 
@@ -121,15 +157,15 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.io.as_mut().poll_write(cx, buf)
+        Pin::new(&mut *self.io).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.io.as_mut().poll_flush(cx)
+        Pin::new(&mut *self.io).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.io.as_mut().poll_shutdown(cx)
+        Pin::new(&mut *self.io).poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
@@ -137,7 +173,7 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.io.as_mut().poll_write_vectored(cx, bufs)
+        Pin::new(&mut *self.io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -2,6 +2,7 @@
 //! `/api/v3/write_lp`, `/api/v1/write` (CnosDB), `/ping`, `/health`, `/metrics`,
 //! the `/query` statements agents send at start, and the raw TCP listener.
 
+mod auth;
 mod listener;
 pub mod tcp;
 
@@ -38,12 +39,17 @@ enum Api {
 }
 
 /// Serves the HTTP port until shutdown.
-pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
+pub async fn serve(
+    engine: Arc<Engine>,
+    listener: TcpListener,
+    tls: Option<(tokio_rustls::TlsAcceptor, bool)>,
+) {
     let shutdown = engine.stopping().clone();
     let listener = listener::Limited::new(
         listener,
         engine.config().lp_max_connections,
         engine.config().lp_idle_timeout,
+        tls,
     );
     let app = Router::new()
         .route("/write", post(write_v1))
@@ -107,40 +113,6 @@ fn no_content() -> Response {
     let mut r = StatusCode::NO_CONTENT.into_response();
     version_headers(r.headers_mut());
     r
-}
-
-/// Checks the token when one is configured: `Authorization: Token|Bearer <t>`
-/// (also `Token user:<t>`), `Basic` with the token as password, or `p=<t>` as 1.x
-/// clients send it.
-fn authorized(engine: &Engine, headers: &HeaderMap, q: &HashMap<String, String>) -> bool {
-    let Some(token) = &engine.config().http_auth_token else {
-        return true;
-    };
-    if q.get("p").is_some_and(|p| p == token) {
-        return true;
-    }
-    let Some(auth) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    if let Some(b64) = auth.strip_prefix("Basic ") {
-        use base64::Engine as _;
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(b64.trim())
-            .ok()
-            .and_then(|d| String::from_utf8(d).ok());
-        return decoded.is_some_and(|d| d.split_once(':').is_some_and(|(_, p)| p == token));
-    }
-    let given = auth
-        .strip_prefix("Token ")
-        .or_else(|| auth.strip_prefix("Bearer "))
-        .map(str::trim);
-    match given {
-        Some(g) => g == token || g.rsplit_once(':').is_some_and(|(_, p)| p == token),
-        None => false,
-    }
 }
 
 /// The request body, gunzipped when `Content-Encoding: gzip`, within the size limit.
@@ -306,13 +278,8 @@ async fn handle_write(
         .metrics()
         .lp_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if !authorized(&engine, &headers, q) {
-        let mut r = error_response(StatusCode::UNAUTHORIZED, "authorization failed", None);
-        r.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Token realm=\"sundial\""),
-        );
-        return r;
+    if !auth::authorized(&engine, &headers, q) {
+        return unauthorized();
     }
     let db = match db.filter(|d| !d.is_empty()) {
         Some(d) if d.len() <= 63 => d,
@@ -422,11 +389,32 @@ fn partial_response(api: Api, out: &WriteOutcome) -> Response {
     error_response(StatusCode::BAD_REQUEST, &message, data)
 }
 
-async fn ping() -> Response {
+/// 401 for a request without valid credentials.
+fn unauthorized() -> Response {
+    let mut r = error_response(StatusCode::UNAUTHORIZED, "authorization failed", None);
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"sundial\""),
+    );
+    r
+}
+
+/// Whether endpoint `name` may answer this request.
+fn may_see(e: &Engine, name: &str, headers: &HeaderMap, q: &HashMap<String, String>) -> bool {
+    auth::open_endpoint(e, name) || auth::authorized(e, headers, q)
+}
+
+async fn ping(State(e): State<Arc<Engine>>, Query(q): Params, headers: HeaderMap) -> Response {
+    if !may_see(&e, "ping", &headers, &q) {
+        return unauthorized();
+    }
     no_content()
 }
 
-async fn health(State(e): State<Arc<Engine>>) -> Response {
+async fn health(State(e): State<Arc<Engine>>, Query(q): Params, headers: HeaderMap) -> Response {
+    if !may_see(&e, "health", &headers, &q) {
+        return unauthorized();
+    }
     let body = json!({
         "name": "sundial",
         "message": "ready for queries and writes",
@@ -440,7 +428,10 @@ async fn health(State(e): State<Arc<Engine>>) -> Response {
     r
 }
 
-async fn metrics(State(e): State<Arc<Engine>>) -> Response {
+async fn metrics(State(e): State<Arc<Engine>>, Query(q): Params, headers: HeaderMap) -> Response {
+    if !may_see(&e, "metrics", &headers, &q) {
+        return unauthorized();
+    }
     let text = crate::metrics::render(&e.metrics_snapshot());
     (
         StatusCode::OK,
@@ -460,8 +451,8 @@ async fn query(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !authorized(&e, &headers, &q) {
-        return error_response(StatusCode::UNAUTHORIZED, "authorization failed", None);
+    if !auth::authorized(&e, &headers, &q) {
+        return unauthorized();
     }
     let text = match q.get("q") {
         Some(t) => t.clone(),

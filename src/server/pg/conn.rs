@@ -1,4 +1,4 @@
-//! One Postgres client connection: TLS negotiation, the startup deadline, the
+//! One Postgres client connection: TLS negotiation (SSLRequest or direct TLS), the startup deadline, the
 //! connection limit (53300), the message loop, and a watch that cancels the running
 //! statement when the client goes away. A malformed message (one pgwire's decoder
 //! rejects, or panics on) ends the connection with a FATAL 08P01 error.
@@ -27,6 +27,7 @@ pub(super) async fn serve(
     sock: TcpStream,
     h: Arc<Handler>,
     slot: Option<OwnedSemaphorePermit>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> std::io::Result<()> {
     let startup = tokio::time::sleep(STARTUP_TIMEOUT);
     tokio::pin!(startup);
@@ -35,7 +36,7 @@ pub(super) async fn serve(
     let mut watch = None;
     let socket = tokio::select! {
         _ = &mut startup => return Ok(()),
-        s = negotiate_tls(sock, None) => s?,
+        s = negotiate_tls(sock, tls) => s?,
     };
     // A client asking for direct TLS while none is configured.
     let Some(mut socket) = socket else {

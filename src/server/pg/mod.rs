@@ -198,7 +198,20 @@ impl Handler {
         if self.engine.config().auth != crate::config::AuthMethod::Trust {
             let catalog = self.engine.catalog().snapshot();
             match catalog.role(&user) {
-                Some(r) if r.login => {}
+                Some(r) if r.login => {
+                    let open = self
+                        .registry
+                        .lock()
+                        .values()
+                        .filter(|(_, c)| c.session.user == user)
+                        .count();
+                    if r.conn_limit >= 0 && open >= r.conn_limit as usize && !r.superuser {
+                        return Err(auth::fatal(
+                            "53300",
+                            format!("too many connections for role \"{user}\""),
+                        ));
+                    }
+                }
                 Some(_) => {
                     return Err(auth::fatal(
                         "28000",
@@ -1342,7 +1355,11 @@ impl CopyHandler for Handler {
 }
 
 /// Accepts Postgres clients until shutdown.
-pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
+pub async fn serve(
+    engine: Arc<Engine>,
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     let handler = Arc::new(Handler {
         engine: engine.clone(),
         manager: Arc::new(ConnectionManager::new()),
@@ -1365,8 +1382,9 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) {
                         tracing::warn!(limit, "Postgres connection refused: max_connections reached");
                     }
                     let h = handler.clone();
+                    let tls = tls.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = conn::serve(sock, h.clone(), slot).await {
+                        if let Err(e) = conn::serve(sock, h.clone(), slot, tls).await {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
                         // forget sessions whose connection is gone
