@@ -580,3 +580,44 @@ async fn tls_is_optional_unless_required() {
     let plain = http_status(&srv.http_url("/write?db=sundial"), &[], "p v=1 1").await;
     assert_eq!(plain, 204);
 }
+
+/// A server with SCRAM and optional TLS, and the CA its certificate is signed by.
+fn tls_server(dir: &Path) -> (TestServer, String) {
+    let (ca, cert, key) = make_certs(dir);
+    let srv = TestServer::start_with_args(
+        &["--tls-cert", &cert, "--tls-key", &key],
+        &[("SUNDIAL_SUPERUSER_PASSWORD", PASSWORD)],
+    );
+    (srv, ca)
+}
+
+/// Runs a driver's auth program (tests/drivers): SCRAM over verified TLS, SCRAM
+/// over plain TCP, a wrong password refused with 28P01.
+fn driver_auth(program: &str, args: &[&str]) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (srv, ca) = tls_server(dir.path());
+    crate::drivers::run_driver_on(
+        &srv,
+        &[("SUNDIAL_PASSWORD", PASSWORD), ("SUNDIAL_CA", &ca)],
+        program,
+        args,
+    );
+}
+
+#[test]
+fn psycopg_and_asyncpg_authenticate() {
+    driver_auth("python3", &["auth_test.py"]);
+}
+
+#[test]
+fn node_postgres_authenticates() {
+    driver_auth("node", &["node_auth_test.js"]);
+}
+
+#[test]
+fn pgjdbc_authenticates() {
+    driver_auth(
+        "java",
+        &["-cp", "/usr/share/java/postgresql.jar", "JdbcAuthTest.java"],
+    );
+}

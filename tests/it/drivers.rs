@@ -14,13 +14,18 @@ fn drivers_dir() -> PathBuf {
 
 /// Runs one driver program against a fresh server and fails with its output.
 fn run_driver(program: &str, args: &[&str]) {
-    let srv = TestServer::start();
+    run_driver_on(&TestServer::start(), &[], program, args);
+}
+
+/// Runs one driver program against `srv`, with extra environment variables.
+pub fn run_driver_on(srv: &TestServer, env: &[(&str, &str)], program: &str, args: &[&str]) {
     let (host, port) = srv.pg_addr.rsplit_once(':').expect("host:port");
     let out = Command::new(program)
         .args(args)
         .current_dir(drivers_dir())
         .env("SUNDIAL_HOST", host)
         .env("SUNDIAL_PORT", port)
+        .envs(env.iter().copied())
         .env_remove("SUNDIAL_PLAIN_PG")
         .output()
         .unwrap_or_else(|e| panic!("cannot run {program} (does .ci/run install it?): {e}"));
