@@ -115,6 +115,7 @@ impl Error {
     pub fn http_status(&self) -> u16 {
         match self.sqlstate() {
             "3D000" => 404,
+            "42501" => 403,
             s if s.starts_with("22") || s.starts_with("42") => 400,
             "0A000" => 400,
             "57014" => 503,

@@ -54,6 +54,14 @@ pub struct DatabaseDef {
     /// Plain views (`CREATE VIEW`), planned afresh by each query that reads them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub views: BTreeMap<String, ViewDef>,
+    /// Owners of tables and views created by roles other than a superuser (the
+    /// rest belong to the superuser).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub owners: BTreeMap<String, String>,
+    /// `REVOKE CONNECT ON DATABASE … FROM PUBLIC`: only roles granted CONNECT may
+    /// connect.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub connect_revoked: bool,
 }
 
 /// A plain view: its query as (normalized) SQL text and its column names.
@@ -258,6 +266,8 @@ impl Manifest {
                     id,
                     tables: BTreeMap::new(),
                     views: BTreeMap::new(),
+                    owners: BTreeMap::new(),
+                    connect_revoked: false,
                 },
             );
         }

@@ -116,6 +116,8 @@ impl Catalog {
                     id,
                     tables: Default::default(),
                     views: Default::default(),
+                    owners: Default::default(),
+                    connect_revoked: false,
                 },
             );
             Ok(true)
@@ -161,7 +163,10 @@ impl Catalog {
                 return Err(wrong_kind(name, "a table", "DROP VIEW"));
             }
             match d.tables.remove(name) {
-                Some(t) => Ok(Some(t)),
+                Some(t) => {
+                    super::roles::forget_relation(m, db, name);
+                    Ok(Some(t))
+                }
                 None if if_exists => Ok(None),
                 None => Err(Error::UndefinedTable(name.to_string())),
             }
@@ -195,7 +200,10 @@ impl Catalog {
                 return Err(wrong_kind(name, "a view", "DROP TABLE"));
             }
             match d.views.remove(name) {
-                Some(_) => Ok(true),
+                Some(_) => {
+                    super::roles::forget_relation(m, db, name);
+                    Ok(true)
+                }
                 None if if_exists => Ok(false),
                 None => Err(Error::sql(
                     "42P01",
@@ -246,6 +254,7 @@ impl Catalog {
                 .ok_or_else(|| Error::UndefinedTable(from.to_string()))?;
             Arc::make_mut(&mut t).name = to.to_string();
             d.tables.insert(to.to_string(), t);
+            super::roles::rename_relation(m, db, from, to);
             Ok(())
         })
     }

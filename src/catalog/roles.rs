@@ -2,6 +2,7 @@
 //! manifest. A password is never stored: only its SCRAM-SHA-256 salted hash and its
 //! md5 hash, the forms the Postgres port's authentication methods check against.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
 use base64::Engine as _;
@@ -29,6 +30,64 @@ pub struct RoleDef {
     pub conn_limit: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<Secret>,
+    /// Privileges granted, by database.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grants: BTreeMap<String, DbGrants>,
+}
+
+/// What a role was granted in one database.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DbGrants {
+    /// `GRANT CONNECT ON DATABASE` (needed once CONNECT is revoked from PUBLIC).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub connect: bool,
+    /// `GRANT CREATE ON DATABASE` / `ON SCHEMA public`: may create tables and views.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub create: bool,
+    /// Table (or view) privileges as [`Privilege`] bits, by relation name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tables: BTreeMap<String, u8>,
+}
+
+/// A privilege on a table or view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Privilege {
+    Select = 1,
+    Insert = 2,
+    Update = 4,
+    Delete = 8,
+    Truncate = 16,
+}
+
+impl Privilege {
+    pub const ALL: u8 = 31;
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Privilege::Select => "SELECT",
+            Privilege::Insert => "INSERT",
+            Privilege::Update => "UPDATE",
+            Privilege::Delete => "DELETE",
+            Privilege::Truncate => "TRUNCATE",
+        }
+    }
+}
+
+/// Changes a role's privileges: `grant` adds, else removes.
+#[derive(Debug, Clone)]
+pub enum GrantChange {
+    Connect {
+        db: String,
+    },
+    Create {
+        db: String,
+    },
+    /// Privilege bits on relations of `db`.
+    Tables {
+        db: String,
+        tables: Vec<String>,
+        bits: u8,
+    },
 }
 
 fn no_limit() -> i32 {
@@ -193,6 +252,69 @@ impl Manifest {
     pub fn role(&self, name: &str) -> Option<&RoleDef> {
         self.roles.get(name)
     }
+
+    pub fn is_superuser(&self, user: &str) -> bool {
+        self.role(user).is_some_and(|r| r.superuser)
+    }
+
+    /// The role that owns relation `name` of `db` (`None`: a superuser does).
+    pub fn owner(&self, db: &str, name: &str) -> Option<&str> {
+        self.databases.get(db)?.owners.get(name).map(String::as_str)
+    }
+
+    /// Whether `user` may connect to `db`: CONNECT belongs to PUBLIC unless revoked.
+    pub fn may_connect(&self, user: &str, db: &str) -> bool {
+        let revoked = self.databases.get(db).is_some_and(|d| d.connect_revoked);
+        !revoked || self.is_superuser(user) || self.grants(user, db).is_some_and(|g| g.connect)
+    }
+
+    /// Whether `user` may create tables and views in `db`.
+    pub fn may_create(&self, user: &str, db: &str) -> bool {
+        self.is_superuser(user) || self.grants(user, db).is_some_and(|g| g.create)
+    }
+
+    /// Whether `user` may use `p` on relation `name` of `db`: superusers and the
+    /// owner always may, others when granted.
+    pub fn allowed(&self, user: &str, db: &str, name: &str, p: Privilege) -> bool {
+        self.is_superuser(user)
+            || self.owner(db, name) == Some(user)
+            || self
+                .grants(user, db)
+                .and_then(|g| g.tables.get(name))
+                .is_some_and(|bits| bits & p as u8 != 0)
+    }
+
+    fn grants(&self, user: &str, db: &str) -> Option<&DbGrants> {
+        self.role(user)?.grants.get(db)
+    }
+}
+
+/// Forgets a dropped relation's owner and every grant on it.
+pub(super) fn forget_relation(m: &mut Manifest, db: &str, name: &str) {
+    if let Some(d) = m.databases.get_mut(db) {
+        d.owners.remove(name);
+    }
+    for r in m.roles.values_mut() {
+        if let Some(g) = r.grants.get_mut(db) {
+            g.tables.remove(name);
+        }
+    }
+}
+
+/// Moves a renamed relation's owner and grants to its new name.
+pub(super) fn rename_relation(m: &mut Manifest, db: &str, from: &str, to: &str) {
+    if let Some(d) = m.databases.get_mut(db)
+        && let Some(o) = d.owners.remove(from)
+    {
+        d.owners.insert(to.to_string(), o);
+    }
+    for r in m.roles.values_mut() {
+        if let Some(g) = r.grants.get_mut(db)
+            && let Some(bits) = g.tables.remove(from)
+        {
+            g.tables.insert(to.to_string(), bits);
+        }
+    }
 }
 
 impl Catalog {
@@ -210,6 +332,7 @@ impl Catalog {
                 create_role: false,
                 conn_limit: -1,
                 password: None,
+                grants: BTreeMap::new(),
             };
             opts.apply(name, &mut r);
             m.roles.insert(name.to_string(), r);
@@ -232,6 +355,16 @@ impl Catalog {
         self.update(|m| {
             let mut absent = vec![];
             for n in names {
+                let owned = m
+                    .databases
+                    .iter()
+                    .find_map(|(db, d)| d.owners.iter().find(|(_, o)| *o == n).map(|(t, _)| (db, t)));
+                if let Some((db, t)) = owned {
+                    return Err(Error::sql(
+                        "2BP01",
+                        format!("role \"{n}\" cannot be dropped because some objects depend on it: owner of table {t} in database {db}"),
+                    ));
+                }
                 if m.roles.remove(n).is_none() {
                     if !if_exists {
                         return Err(undefined(n));
@@ -240,6 +373,61 @@ impl Catalog {
                 }
             }
             Ok(absent)
+        })
+    }
+
+    /// Grants (or revokes) privileges to roles; `None` as a role is PUBLIC (only
+    /// CONNECT). Every role must exist.
+    pub fn change_grants(
+        &self,
+        roles: &[Option<String>],
+        change: &GrantChange,
+        grant: bool,
+    ) -> Result<()> {
+        self.update(|m| {
+            for role in roles {
+                let Some(role) = role else {
+                    let GrantChange::Connect { db } = change else {
+                        return Err(Error::NotSupported(
+                            "only CONNECT can be granted to or revoked from PUBLIC".into(),
+                        ));
+                    };
+                    m.database_mut(db)?.connect_revoked = !grant;
+                    continue;
+                };
+                let r = m.roles.get_mut(role).ok_or_else(|| undefined(role))?;
+                match change {
+                    GrantChange::Connect { db } => {
+                        r.grants.entry(db.clone()).or_default().connect = grant
+                    }
+                    GrantChange::Create { db } => {
+                        r.grants.entry(db.clone()).or_default().create = grant
+                    }
+                    GrantChange::Tables { db, tables, bits } => {
+                        let g = r.grants.entry(db.clone()).or_default();
+                        for t in tables {
+                            let cur = g.tables.entry(t.clone()).or_default();
+                            *cur = if grant { *cur | bits } else { *cur & !bits };
+                            if *cur == 0 {
+                                g.tables.remove(t);
+                            }
+                        }
+                    }
+                }
+                r.grants
+                    .retain(|_, g| g.connect || g.create || !g.tables.is_empty());
+            }
+            Ok(())
+        })
+    }
+
+    /// Records `owner` as the owner of relation `name` of `db`.
+    pub fn set_owner(&self, db: &str, name: &str, owner: &str) -> Result<()> {
+        self.update(|m| {
+            m.database_mut(db)?
+                .owners
+                .insert(name.to_string(), owner.to_string());
+            Ok(())
         })
     }
 
@@ -268,6 +456,7 @@ impl Catalog {
                 create_role: true,
                 conn_limit: -1,
                 password: None,
+                grants: BTreeMap::new(),
             });
             r.superuser = true;
             r.login = true;

@@ -14,6 +14,7 @@ use arrow::array::{
 };
 use arrow::datatypes::{Field, Schema};
 
+use crate::catalog::roles::Privilege;
 use crate::catalog::{ColumnDef, ColumnsWanted, NewTable, SqlType, TableDef};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -760,6 +761,10 @@ pub struct WriteOptions {
     pub accept_partial: bool,
     /// Create a missing database (false: error `database not found`).
     pub create_database: bool,
+    /// The role writing, when its privileges are to be checked (not a superuser):
+    /// it needs INSERT on existing tables, CREATE on the database for new ones
+    /// (which it then owns) and CREATEDB for a new database.
+    pub user: Option<String>,
 }
 
 /// What a write did.
@@ -787,6 +792,16 @@ pub async fn write(
     if !manifest.databases.contains_key(db) {
         if !opts.create_database {
             return Err(Error::UndefinedDatabase(db.to_string()));
+        }
+        if let Some(user) = &opts.user
+            && !manifest.role(user).is_some_and(|r| r.create_db)
+        {
+            return Err(Error::sql(
+                "42501",
+                format!(
+                    "permission denied to create database \"{db}\" (role \"{user}\" lacks CREATEDB)"
+                ),
+            ));
         }
         create_database(engine, db)?;
     }
@@ -835,7 +850,28 @@ pub async fn write(
             });
         }
     }
+    if let Some(user) = &opts.user {
+        for m in &measurements {
+            let ok = match m.table {
+                Some(_) => manifest.allowed(user, db, &m.name, Privilege::Insert),
+                None => manifest.may_create(user, db),
+            };
+            if !ok {
+                return Err(Error::sql(
+                    "42501",
+                    format!("permission denied for table {} (role \"{user}\")", m.name),
+                ));
+            }
+        }
+    }
     let tables = ensure_tables(engine, db, &measurements)?;
+    if let Some(user) = &opts.user {
+        for (m, t) in measurements.iter().zip(&tables) {
+            if m.table.is_none() && t.is_ok() && manifest.owner(db, &m.name).is_none() {
+                engine.catalog().set_owner(db, &m.name, user)?;
+            }
+        }
+    }
     for (m, table) in measurements.into_iter().zip(tables) {
         let table = match table {
             Ok(t) => t,

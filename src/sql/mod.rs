@@ -2,6 +2,7 @@
 //! each statement to DDL, session handling, management functions or DataFusion,
 //! and return rows or a command tag.
 
+pub mod access;
 pub mod args;
 pub mod chunks;
 pub mod complexity;
@@ -864,6 +865,7 @@ impl Session {
         declared: &[Option<arrow::datatypes::DataType>],
     ) -> Result<Prepared> {
         self.check_not_aborted(Some(&stmt))?;
+        access::check(self, &stmt)?;
         let state = self.ctx.state();
         let mut p = self.prepare_in(&state, stmt, declared).await?;
         // Describe must announce the types the rows will have: the unanalyzed plan
@@ -1030,6 +1032,19 @@ impl Session {
     /// for the same text, else its parsed statements (none for only comments).
     pub fn steps(&self, sql: &str) -> Result<Vec<Step>> {
         if let Some((table, batch)) = insert::scanned_insert(self, sql) {
+            if !self.is_superuser()
+                && !self.engine.catalog().snapshot().allowed(
+                    &self.user,
+                    &self.db,
+                    &table.name,
+                    crate::catalog::roles::Privilege::Insert,
+                )
+            {
+                return Err(Error::sql(
+                    "42501",
+                    format!("permission denied for table {}", table.name),
+                ));
+            }
             return Ok(vec![Step::Insert(table, batch)]);
         }
         let shape = match self.plan_cache_on() {
@@ -1048,6 +1063,9 @@ impl Session {
             return Ok(vec![Step::Cached(hit)]);
         }
         let mut stmts = parse(sql)?;
+        for stmt in &stmts {
+            access::check(self, stmt)?;
+        }
         if let [Statement::Query(_)] = stmts.as_slice()
             && let Some(stmt) = stmts.pop()
         {
@@ -1495,9 +1513,34 @@ impl Session {
             return Ok(out);
         }
         if roles::handles(stmt) {
+            self.plans.clear();
             return roles::execute(self, stmt);
         }
-        ddl::execute(self, stmt).await
+        if access::handles(stmt) {
+            return access::execute(self, stmt);
+        }
+        let created = self.new_relation(stmt);
+        let out = ddl::execute(self, stmt).await?;
+        if let Some(name) = created
+            && !self.is_superuser()
+        {
+            self.engine
+                .catalog()
+                .set_owner(&self.db, &name, &self.user)?;
+        }
+        Ok(out)
+    }
+
+    /// The table or view `stmt` creates, when it does not exist yet.
+    fn new_relation(&self, stmt: &Statement) -> Option<String> {
+        let name = match stmt {
+            Statement::CreateTable(ct) => args::table_name(&ct.name).ok()?,
+            Statement::CreateView(v) => args::table_name(&v.name).ok()?,
+            _ => return None,
+        };
+        let m = self.engine.catalog().snapshot();
+        let d = m.databases.get(&self.db)?;
+        (!d.tables.contains_key(&name) && !d.views.contains_key(&name)).then_some(name)
     }
 }
 
@@ -1823,6 +1866,7 @@ fn is_native(stmt: &Statement) -> bool {
         || ddl::handles(stmt)
         || copy::handles(stmt)
         || roles::handles(stmt)
+        || access::handles(stmt)
 }
 
 #[cfg(test)]

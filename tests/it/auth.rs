@@ -281,7 +281,9 @@ async fn http_writes_use_the_same_roles() {
         .await
         .expect("login");
     admin
-        .batch_execute("CREATE ROLE agent LOGIN PASSWORD 'agent-pw'")
+        .batch_execute(
+            "CREATE ROLE agent LOGIN PASSWORD 'agent-pw'; GRANT CREATE ON DATABASE sundial TO agent",
+        )
         .await
         .expect("create role");
     let write = |q: &str| srv.http_url(&format!("/write?db=sundial{q}"));
@@ -620,4 +622,170 @@ fn pgjdbc_authenticates() {
         "java",
         &["-cp", "/usr/share/java/postgresql.jar", "JdbcAuthTest.java"],
     );
+}
+
+async fn sql_error(c: &tokio_postgres::Client, sql: &str) -> String {
+    match c.batch_execute(sql).await {
+        Ok(()) => panic!("{sql} succeeded"),
+        Err(e) => e.code().map(|c| c.code().to_string()).unwrap_or_default(),
+    }
+}
+
+async fn count(c: &tokio_postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).await.expect(sql).get(0)
+}
+
+#[tokio::test]
+async fn grants_decide_what_roles_read_write_and_create() {
+    let srv = server(&[("SUNDIAL_SUPERUSER_PASSWORD", PASSWORD)]);
+    let admin = connect(&srv, "sundial", PASSWORD, "sundial")
+        .await
+        .expect("login");
+    admin
+        .batch_execute(
+            "CREATE TABLE m (time timestamptz NOT NULL, host text, v float8)
+               WITH (tsdb.hypertable, tsdb.partition_column = 'time');
+             INSERT INTO m VALUES ('2024-01-01', 'a', 1), ('2024-01-02', 'b', 2);
+             CREATE TABLE secret (x int);
+             INSERT INTO secret VALUES (42);
+             CREATE ROLE ro LOGIN PASSWORD 'ro';
+             CREATE ROLE rw LOGIN PASSWORD 'rw';
+             CREATE ROLE dev LOGIN PASSWORD 'dev';
+             GRANT SELECT ON m TO ro;
+             GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO rw;
+             GRANT CREATE ON SCHEMA public TO dev;
+             CREATE DATABASE locked;
+             REVOKE CONNECT ON DATABASE locked FROM PUBLIC;",
+        )
+        .await
+        .expect("setup");
+
+    let ro = connect(&srv, "ro", "ro", "sundial").await.expect("ro");
+    assert_eq!(count(&ro, "SELECT count(*) FROM m").await, 2);
+    assert!(count(&ro, "SELECT count(*) FROM pg_class").await > 0);
+    // A CTE named like a table is not the table.
+    assert_eq!(
+        count(
+            &ro,
+            "WITH secret AS (SELECT 7::int8 AS x) SELECT x FROM secret"
+        )
+        .await,
+        7
+    );
+    for sql in [
+        "SELECT * FROM secret",
+        "SELECT * FROM m WHERE v IN (SELECT x FROM secret)",
+        "INSERT INTO m VALUES ('2024-01-03', 'c', 3)",
+        "DELETE FROM m",
+        "TRUNCATE m",
+        "CREATE TABLE t2 (x int)",
+        "SELECT drop_chunks('m', older_than => now())",
+        "DROP TABLE m",
+    ] {
+        assert_eq!(sql_error(&ro, sql).await, "42501", "{sql}");
+    }
+    // Prepared statements are checked as well.
+    let e = ro
+        .prepare("SELECT x FROM secret")
+        .await
+        .expect_err("prepare");
+    assert_eq!(e.code().map(|c| c.code()), Some("42501"));
+
+    let rw = connect(&srv, "rw", "rw", "sundial").await.expect("rw");
+    rw.batch_execute("INSERT INTO m VALUES ('2024-01-03', 'c', 3)")
+        .await
+        .expect("rw inserts");
+    rw.execute("INSERT INTO m VALUES ('2024-01-04', $1, 4)", &[&"d"])
+        .await
+        .expect("rw inserts with a parameter");
+    assert_eq!(sql_error(&rw, "DELETE FROM m").await, "42501");
+    assert_eq!(count(&admin, "SELECT count(*) FROM m").await, 4);
+
+    // A role with CREATE owns what it creates, and may grant on it.
+    let dev = connect(&srv, "dev", "dev", "sundial").await.expect("dev");
+    dev.batch_execute(
+        "CREATE TABLE mine (x int); INSERT INTO mine VALUES (1); GRANT SELECT ON mine TO ro",
+    )
+    .await
+    .expect("dev creates");
+    assert_eq!(count(&ro, "SELECT count(*) FROM mine").await, 1);
+    assert_eq!(sql_error(&dev, "DROP TABLE secret").await, "42501");
+    assert_eq!(sql_error(&dev, "SELECT * FROM m").await, "42501");
+    let e = admin
+        .batch_execute("DROP ROLE dev")
+        .await
+        .expect_err("dev owns a table");
+    assert_eq!(e.code().map(|c| c.code()), Some("2BP01"));
+    dev.batch_execute("DROP TABLE mine")
+        .await
+        .expect("owner drops");
+
+    // Revoked privileges stop at once (cached plans included).
+    assert_eq!(count(&ro, "SELECT count(*) FROM m").await, 4);
+    admin
+        .batch_execute("REVOKE SELECT ON m FROM ro")
+        .await
+        .expect("revoke");
+    assert_eq!(sql_error(&ro, "SELECT count(*) FROM m").await, "42501");
+
+    // CONNECT revoked from PUBLIC.
+    assert_eq!(login_error(&srv, "ro", "ro", "locked").await, "42501");
+    admin
+        .batch_execute("GRANT CONNECT ON DATABASE locked TO ro")
+        .await
+        .expect("grant connect");
+    connect(&srv, "ro", "ro", "locked")
+        .await
+        .expect("ro may connect now");
+
+    // Line protocol: INSERT on existing tables, CREATE for new ones.
+    admin
+        .batch_execute("CREATE ROLE agent LOGIN PASSWORD 'ag'; GRANT INSERT ON m TO agent")
+        .await
+        .expect("agent");
+    let auth = basic("agent", "ag");
+    let write = srv.http_url("/write?db=sundial");
+    let at = "1704412800000000000";
+    assert_eq!(
+        http_status(
+            &write,
+            &[("Authorization", &auth)],
+            &format!("m,host=lp v=5 {at}")
+        )
+        .await,
+        204
+    );
+    assert_eq!(
+        http_status(
+            &write,
+            &[("Authorization", &auth)],
+            &format!("newm v=5 {at}")
+        )
+        .await,
+        403
+    );
+    assert_eq!(
+        http_status(
+            &srv.http_url("/write?db=elsewhere"),
+            &[("Authorization", &auth)],
+            &format!("m v=5 {at}")
+        )
+        .await,
+        403
+    );
+    admin
+        .batch_execute("GRANT CREATE ON DATABASE sundial TO agent")
+        .await
+        .expect("grant create");
+    assert_eq!(
+        http_status(
+            &write,
+            &[("Authorization", &auth)],
+            &format!("newm v=5 {at}")
+        )
+        .await,
+        204
+    );
+    assert_eq!(count(&admin, "SELECT count(*) FROM m").await, 5);
+    assert_eq!(count(&admin, "SELECT count(*) FROM newm").await, 1);
 }

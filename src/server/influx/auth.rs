@@ -22,17 +22,40 @@ pub struct Verified(Mutex<HashMap<String, (String, [u8; 32])>>);
 /// At most this many users are remembered; past it the cache starts over.
 const MAX_VERIFIED: usize = 10_000;
 
+/// Who sent a request.
+pub enum Who {
+    /// Anyone with every right: authentication is off (trust), or the API token.
+    Unchecked,
+    /// A role that gave its password.
+    Role(String),
+}
+
 /// Whether the request carries valid credentials (always, under trust).
 pub fn authorized(engine: &Engine, headers: &HeaderMap, q: &HashMap<String, String>) -> bool {
+    identify(engine, headers, q).is_some()
+}
+
+/// Who the request's credentials say it is from; `None` when they are missing or
+/// wrong.
+pub fn identify(engine: &Engine, headers: &HeaderMap, q: &HashMap<String, String>) -> Option<Who> {
     let config = engine.config();
     if config.auth == AuthMethod::Trust {
-        return true;
+        return Some(Who::Unchecked);
     }
     let token_ok = |given: &str| {
         config
             .http_auth_token
             .as_deref()
             .is_some_and(|t| bool::from(t.as_bytes().ct_eq(given.as_bytes())))
+    };
+    let role = |u: &str, p: &str| {
+        if token_ok(p) {
+            Some(Who::Unchecked)
+        } else if password_ok(engine, u, p) {
+            Some(Who::Role(u.to_string()))
+        } else {
+            None
+        }
     };
     let auth = headers
         .get(header::AUTHORIZATION)
@@ -41,25 +64,25 @@ pub fn authorized(engine: &Engine, headers: &HeaderMap, q: &HashMap<String, Stri
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(b64.trim())
             .ok()
-            .and_then(|d| String::from_utf8(d).ok());
-        return decoded.is_some_and(|d| {
-            d.split_once(':')
-                .is_some_and(|(u, p)| token_ok(p) || password_ok(engine, u, p))
-        });
+            .and_then(|d| String::from_utf8(d).ok())?;
+        let (u, p) = decoded.split_once(':')?;
+        return role(u, p);
     }
     let bearer = auth.and_then(|a| {
         a.strip_prefix("Token ")
             .or_else(|| a.strip_prefix("Bearer "))
     });
     if let Some(t) = bearer.map(str::trim) {
-        return token_ok(t)
-            || t.split_once(':')
-                .is_some_and(|(u, p)| password_ok(engine, u, p));
+        if token_ok(t) {
+            return Some(Who::Unchecked);
+        }
+        let (u, p) = t.split_once(':')?;
+        return role(u, p);
     }
     match (q.get("u"), q.get("p")) {
-        (Some(u), Some(p)) => token_ok(p) || password_ok(engine, u, p),
-        (None, Some(p)) => token_ok(p),
-        _ => false,
+        (Some(u), Some(p)) => role(u, p),
+        (None, Some(p)) if token_ok(p) => Some(Who::Unchecked),
+        _ => None,
     }
 }
 

@@ -74,6 +74,7 @@ fn error_response(status: StatusCode, message: &str, extra: Option<serde_json::V
     let code = match status.as_u16() {
         400 => "invalid",
         401 => "unauthorized",
+        403 => "forbidden",
         404 => "not found",
         408 => "request timeout",
         413 => "request too large",
@@ -278,9 +279,11 @@ async fn handle_write(
         .metrics()
         .lp_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if !auth::authorized(&engine, &headers, q) {
-        return unauthorized();
-    }
+    let user = match auth::identify(&engine, &headers, q) {
+        None => return unauthorized(),
+        Some(auth::Who::Role(u)) if !engine.catalog().snapshot().is_superuser(&u) => Some(u),
+        Some(_) => None,
+    };
     let db = match db.filter(|d| !d.is_empty()) {
         Some(d) if d.len() <= 63 => d,
         Some(_) => {
@@ -336,6 +339,7 @@ async fn handle_write(
         precision,
         accept_partial,
         create_database: engine.config().lp_create_databases,
+        user,
     };
     match lineproto::write(&engine, &db, body, &opts).await {
         Ok(out) if out.errors.is_empty() => no_content(),
@@ -451,9 +455,16 @@ async fn query(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !auth::authorized(&e, &headers, &q) {
-        return unauthorized();
-    }
+    // A role that is not a superuser needs CREATEDB for CREATE DATABASE.
+    let may_create = match auth::identify(&e, &headers, &q) {
+        None => return unauthorized(),
+        Some(auth::Who::Role(u)) => e
+            .catalog()
+            .snapshot()
+            .role(&u)
+            .is_some_and(|r| r.superuser || r.create_db),
+        Some(auth::Who::Unchecked) => true,
+    };
     let text = match q.get("q") {
         Some(t) => t.clone(),
         None => url::form_urlencoded::parse(&body)
@@ -491,6 +502,13 @@ async fn query(
                     None,
                 );
             };
+            if !may_create {
+                return error_response(
+                    StatusCode::FORBIDDEN,
+                    "permission denied to create database",
+                    None,
+                );
+            }
             let created = e.catalog().create_database(name, true).map(|_| ());
             match created {
                 Ok(()) => ok(None),

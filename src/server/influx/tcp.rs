@@ -107,6 +107,8 @@ async fn write_batch(engine: &Engine, body: &[u8]) -> crate::Result<()> {
         precision: Precision::Nanos,
         accept_partial: true,
         create_database: true,
+        // Loopback only when auth is on (config): no credentials on this port.
+        user: None,
     };
     let db = engine.config().tcp_database.clone();
     let out = lineproto::write(engine, &db, bytes::Bytes::copy_from_slice(body), &opts).await?;

@@ -205,6 +205,14 @@ impl Handler {
                         .values()
                         .filter(|(_, c)| c.session.user == user)
                         .count();
+                    if !catalog.may_connect(&user, &db) && catalog.databases.contains_key(&db) {
+                        return Err(auth::fatal(
+                            "42501",
+                            format!(
+                                "permission denied for database \"{db}\": role \"{user}\" does not have CONNECT privilege"
+                            ),
+                        ));
+                    }
                     if r.conn_limit >= 0 && open >= r.conn_limit as usize && !r.superuser {
                         return Err(auth::fatal(
                             "53300",
