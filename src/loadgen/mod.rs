@@ -84,6 +84,9 @@ pub struct LoadArgs {
     /// gzip request bodies
     #[arg(long)]
     pub gzip: bool,
+    /// Credentials as USER:PASSWORD, sent as HTTP Basic auth
+    #[arg(long)]
+    pub auth: Option<String>,
     /// Write the generated line protocol to this file instead of posting (like
     /// tsbs_generate_data); a name ending in `.gz` is gzipped
     #[arg(long)]
@@ -107,6 +110,7 @@ impl Default for LoadArgs {
             limit: None,
             reporting_period: "10s".into(),
             gzip: false,
+            auth: None,
             output: None,
         }
     }
@@ -385,6 +389,8 @@ struct Shared {
     client: reqwest::Client,
     url: String,
     gzip: bool,
+    /// `Authorization` header value, when credentials were given.
+    auth: Option<String>,
     stats: Stats,
     stop: AtomicBool,
     seen_errors: std::sync::Mutex<HashSet<String>>,
@@ -400,6 +406,9 @@ impl Shared {
             .header(CONTENT_TYPE, "text/plain; charset=utf-8");
         if self.gzip {
             builder = builder.header(CONTENT_ENCODING, "gzip");
+        }
+        if let Some(a) = &self.auth {
+            builder = builder.header(reqwest::header::AUTHORIZATION, a);
         }
         let request = builder.body(body).build().map_err(LoadError::Client)?;
         let mut backoff = FIRST_BACKOFF;
@@ -528,6 +537,13 @@ async fn post_all(
         client,
         url,
         gzip: args.gzip,
+        auth: args.auth.as_ref().map(|a| {
+            use base64::Engine as _;
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(a)
+            )
+        }),
         stats: Stats::default(),
         stop: AtomicBool::new(false),
         seen_errors: std::sync::Mutex::new(HashSet::new()),

@@ -30,11 +30,18 @@ pub mod stats_cache;
 /// for DataFusion to read one chunk's file on both cores.
 pub const ROW_GROUP_ROWS: usize = 64 * 1024;
 
-/// Object-store path of a chunk file.
+/// Object-store path of a chunk file. The database name is one path part whatever
+/// it holds: `/`, `..`, control characters and `%` are percent-encoded, so a name
+/// from the network never leaves its directory or lands in another database's.
 pub fn file_path(db: &str, table_id: u64, chunk_start: i64, file_id: u64) -> ObjectPath {
-    ObjectPath::from(format!(
-        "data/{db}/{table_id}/{chunk_start}/{file_id:020}.parquet"
-    ))
+    use object_store::path::PathPart;
+    ObjectPath::from_iter([
+        PathPart::from("data"),
+        PathPart::from(db),
+        PathPart::from(table_id.to_string()),
+        PathPart::from(chunk_start.to_string()),
+        PathPart::from(format!("{file_id:020}.parquet")),
+    ])
 }
 
 /// Sorts rows by the time column (stable, so equal times keep arrival order).

@@ -345,3 +345,58 @@ async fn request_bodies_are_bounded_per_request_and_in_total() {
     let head = http_head(&mut slow).await;
     assert!(head.starts_with("HTTP/1.1 204"), "{head}");
 }
+
+/// Database names from the network are data: one with `/`, one called `..` and one
+/// that is a prefix of the other each keep their files in a directory of their own
+/// under `data/`, and dropping one leaves the others' rows.
+#[tokio::test]
+async fn database_names_never_become_paths() {
+    let server = TestServer::start();
+    let admin = server.connect("sundial").await;
+    let names = ["a", "a/b", "..", "x\u{1}y"];
+    for (i, name) in names.iter().enumerate() {
+        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+        admin
+            .batch_execute(&format!("CREATE DATABASE {quoted}"))
+            .await
+            .expect("create database");
+        let c = server.connect(name).await;
+        c.batch_execute(&format!(
+            "CREATE TABLE t (time timestamptz NOT NULL, v int) WITH (tsdb.hypertable, tsdb.partition_column = 'time');
+             INSERT INTO t VALUES ('2024-01-01', {i}), ('2024-01-02', {i});
+             SELECT sundial_flush();"
+        ))
+        .await
+        .expect("write and flush");
+    }
+    let data = server.data_dir.join("data");
+    let mut dirs: Vec<String> = std::fs::read_dir(&data)
+        .expect("data dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    dirs.sort();
+    for name in ["..", "a/b", "x\u{1}y"] {
+        assert!(
+            !dirs.iter().any(|d| d == name),
+            "{name:?} used as a path: {dirs:?}"
+        );
+    }
+    assert!(dirs.contains(&"a".to_string()), "{dirs:?}");
+    assert!(dirs.contains(&"a%2Fb".to_string()), "{dirs:?}");
+    assert!(dirs.contains(&"%2E%2E".to_string()), "{dirs:?}");
+    // Nothing was written beside data/.
+    assert!(!server.data_dir.join("t").exists());
+    admin
+        .batch_execute("DROP DATABASE a")
+        .await
+        .expect("drop a");
+    for (i, name) in names.iter().enumerate().skip(1) {
+        let c = server.connect(name).await;
+        let rows = text_rows(&c, "SELECT count(*), min(v) FROM t").await;
+        assert_eq!(
+            cells(rows),
+            vec![vec!["2".to_string(), i.to_string()]],
+            "{name:?}"
+        );
+    }
+}
