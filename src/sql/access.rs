@@ -145,12 +145,35 @@ pub fn check(s: &Session, stmt: &Statement) -> Result<()> {
         Statement::Call(_) => {
             return Err(Error::sql("42501", "only superusers may run jobs by hand"));
         }
-        _ if super::ddl::handles(stmt) && matches!(stmt, Statement::Query(_)) => {
-            // chunk management (drop_chunks, add_retention_policy, ...)
-            return Err(Error::sql(
-                "42501",
-                "chunk management functions need a superuser",
-            ));
+        Statement::Query(_) if super::ddl::handles(stmt) => {
+            let Some((name, fargs)) = super::ddl::management_call(stmt) else {
+                return Ok(());
+            };
+            let table = first_table_arg(&fargs);
+            return match (name.as_str(), table) {
+                // Sizes and chunk lists: for those who may read the table.
+                (
+                    "show_chunks"
+                    | "hypertable_size"
+                    | "hypertable_detailed_size"
+                    | "chunks_detailed_size"
+                    | "approximate_row_count",
+                    Some(t),
+                ) => need(&t, Privilege::Select),
+                // Changing a hypertable: its owner.
+                (
+                    "create_hypertable"
+                    | "set_chunk_time_interval"
+                    | "drop_chunks"
+                    | "add_retention_policy"
+                    | "remove_retention_policy",
+                    Some(t),
+                ) => owner(&t),
+                _ => Err(Error::sql(
+                    "42501",
+                    format!("permission denied for function {name} (superusers only)"),
+                )),
+            };
         }
         _ => None,
     };
@@ -170,6 +193,19 @@ pub fn check(s: &Session, stmt: &Statement) -> Result<()> {
         need(name, Privilege::Select)?;
     }
     Ok(())
+}
+
+/// Checks INSERT on `table` (the fast path of plain `INSERT ... VALUES`).
+pub fn check_insert(s: &Session, table: &str) -> Result<()> {
+    if s.is_superuser()
+        || s.engine
+            .catalog()
+            .snapshot()
+            .allowed(&s.user, &s.db, table, Privilege::Insert)
+    {
+        return Ok(());
+    }
+    Err(denied("table", table))
 }
 
 /// Runs GRANT or REVOKE.
@@ -340,4 +376,29 @@ fn table_change(
         tables,
         bits,
     }])
+}
+
+/// The table a management function names first (`'m'`, `'public.m'`, `'m'::regclass`).
+fn first_table_arg(fargs: &[datafusion::sql::sqlparser::ast::FunctionArg]) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, Value};
+    let mut e = match fargs.first()? {
+        FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
+        | FunctionArg::Named {
+            arg: FunctionArgExpr::Expr(e),
+            ..
+        }
+        | FunctionArg::ExprNamed {
+            arg: FunctionArgExpr::Expr(e),
+            ..
+        } => e,
+        _ => return None,
+    };
+    while let Expr::Cast { expr, .. } = e {
+        e = expr;
+    }
+    let Expr::Value(v) = e else { return None };
+    let Value::SingleQuotedString(name) = &v.value else {
+        return None;
+    };
+    Some(name.strip_prefix("public.").unwrap_or(name).to_string())
 }

@@ -51,7 +51,7 @@ pub fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
 }
 
 /// `SELECT name(args)` with nothing else: the function name and its arguments.
-fn management_call(stmt: &Statement) -> Option<(String, Vec<FunctionArg>)> {
+pub fn management_call(stmt: &Statement) -> Option<(String, Vec<FunctionArg>)> {
     let Statement::Query(q) = stmt else {
         return None;
     };

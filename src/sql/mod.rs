@@ -1032,19 +1032,6 @@ impl Session {
     /// for the same text, else its parsed statements (none for only comments).
     pub fn steps(&self, sql: &str) -> Result<Vec<Step>> {
         if let Some((table, batch)) = insert::scanned_insert(self, sql) {
-            if !self.is_superuser()
-                && !self.engine.catalog().snapshot().allowed(
-                    &self.user,
-                    &self.db,
-                    &table.name,
-                    crate::catalog::roles::Privilege::Insert,
-                )
-            {
-                return Err(Error::sql(
-                    "42501",
-                    format!("permission denied for table {}", table.name),
-                ));
-            }
             return Ok(vec![Step::Insert(table, batch)]);
         }
         let shape = match self.plan_cache_on() {
@@ -1063,9 +1050,6 @@ impl Session {
             return Ok(vec![Step::Cached(hit)]);
         }
         let mut stmts = parse(sql)?;
-        for stmt in &stmts {
-            access::check(self, stmt)?;
-        }
         if let [Statement::Query(_)] = stmts.as_slice()
             && let Some(stmt) = stmts.pop()
         {
@@ -1112,11 +1096,18 @@ impl Session {
 
     /// Runs one step of a simple-protocol query text (see [`Session::steps`]).
     pub async fn run_step(&self, step: Step) -> Result<Output> {
+        // Privileges are checked as each statement runs (an earlier statement of
+        // the same query text may have created the table it uses).
         match &step {
             Step::Statement(stmt) | Step::WholeQuery(stmt, _) | Step::Explain(stmt, _) => {
-                self.check_not_aborted(Some(stmt))?
+                self.check_not_aborted(Some(stmt))?;
+                access::check(self, stmt)?;
             }
-            Step::Cached(_) | Step::Insert(..) => self.check_not_aborted(None)?,
+            Step::Insert(table, _) => {
+                self.check_not_aborted(None)?;
+                access::check_insert(self, &table.name)?;
+            }
+            Step::Cached(_) => self.check_not_aborted(None)?,
         }
         match step {
             Step::Cached(hit) => {

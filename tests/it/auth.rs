@@ -709,6 +709,25 @@ async fn grants_decide_what_roles_read_write_and_create() {
     .await
     .expect("dev creates");
     assert_eq!(count(&ro, "SELECT count(*) FROM mine").await, 1);
+    // The owner manages its hypertable; others' and global functions stay closed.
+    dev.batch_execute(
+        "CREATE TABLE mine2 (time timestamptz NOT NULL, v int);
+         SELECT create_hypertable('mine2', 'time');
+         SELECT drop_chunks('mine2', older_than => now());",
+    )
+    .await
+    .expect("owner manages its hypertable");
+    assert_eq!(
+        sql_error(&dev, "SELECT drop_chunks('m', older_than => now())").await,
+        "42501"
+    );
+    assert_eq!(sql_error(&dev, "SELECT sundial_flush()").await, "42501");
+    ro.batch_execute("SELECT show_chunks('m')")
+        .await
+        .expect("a reader lists chunks");
+    dev.batch_execute("DROP TABLE mine2")
+        .await
+        .expect("drop mine2");
     assert_eq!(sql_error(&dev, "DROP TABLE secret").await, "42501");
     assert_eq!(sql_error(&dev, "SELECT * FROM m").await, "42501");
     let e = admin
