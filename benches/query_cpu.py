@@ -46,7 +46,9 @@ QUERIES = {
     ),
 }
 query = QUERIES[kind]
-conn = psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname=benchmark", autocommit=True)
+# QUERY_USER (and PGPASSWORD, read by libpq) pick the role; postgres under trust.
+user = os.environ.get("QUERY_USER", "postgres")
+conn = psycopg.connect(f"host=127.0.0.1 port={port} user={user} dbname=benchmark", autocommit=True)
 cur = psycopg.ClientCursor(conn) if os.environ.get("SIMPLE") else conn.cursor()
 for sql in first:
     cur.execute(sql)
