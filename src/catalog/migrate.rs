@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 
 /// The newest manifest format.
-pub const LATEST: u32 = 2;
+pub const LATEST: u32 = 3;
 
 type Step = fn(&mut Value) -> Result<()>;
 
@@ -19,6 +19,9 @@ const MIGRATIONS: &[(u32, &str, Step)] = &[
         "per-file null counts and chunk_interval_micros",
         v2_null_counts,
     ),
+    // The JSON is unchanged; the number keeps binaries that know no change log
+    // (and would ignore `manifest-<generation>.log`) away from the directory.
+    (3, "catalog change log", |_| Ok(())),
 ];
 
 /// Numbers of every migration this binary knows.
@@ -120,7 +123,7 @@ mod tests {
                            "stats": [{"column": "time", "min": "1", "max": "2"}]}]}}}}
         });
         let (v, ran) = upgrade(v1).unwrap();
-        assert_eq!(ran, vec![2]);
+        assert_eq!(ran, vec![2, 3]);
         assert_eq!(v["flushed_wal_seq"], 7);
         let t = &v["databases"]["sundial"]["tables"]["t"];
         assert_eq!(t["chunk_interval_micros"], 86400000000i64);

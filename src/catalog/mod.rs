@@ -1,8 +1,10 @@
 //! The catalog: databases → tables (schema, time column, chunk interval) → chunk
-//! files with per-column statistics. Persisted as one versioned JSON manifest that
-//! is replaced atomically (write new, fsync, rename); readers see immutable snapshots,
-//! and the typed operations of `ops` are the only way to change it.
+//! files with per-column statistics. Persisted as a versioned JSON checkpoint that is
+//! replaced atomically (write new, fsync, rename) plus a log of changes since (`log`);
+//! readers see immutable snapshots, and the typed operations of `ops` are the only
+//! way to change it.
 
+mod log;
 pub mod migrate;
 mod ops;
 pub mod roles;
@@ -317,10 +319,23 @@ pub struct Catalog {
     dir: PathBuf,
     data_dir: PathBuf,
     current: RwLock<Arc<Manifest>>,
-    writer: Mutex<()>,
+    /// Held by the one writer; the change log it appends to.
+    writer: Mutex<log::Log>,
 }
 
 const MANIFEST_FILE: &str = "manifest.json";
+
+/// Key of the checkpoint's log generation: changes after the checkpoint are in
+/// `manifest-<generation>.log`.
+const LOG_GENERATION: &str = "log_generation";
+
+/// The checkpoint file: the manifest and the generation of the log that follows it.
+#[derive(Serialize)]
+struct Checkpoint<'a> {
+    #[serde(flatten)]
+    manifest: &'a Manifest,
+    log_generation: u64,
+}
 
 impl Catalog {
     /// The data directory the catalog (and the chunk files) live in.
@@ -328,36 +343,47 @@ impl Catalog {
         &self.data_dir
     }
 
-    /// Opens (or creates) the catalog under `data_dir/catalog`, running migrations.
+    /// Opens (or creates) the catalog under `data_dir/catalog`, running migrations
+    /// and folding the change log into a new checkpoint.
     pub fn open(data_dir: &Path) -> Result<Catalog> {
         let dir = data_dir.join("catalog");
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
         let path = dir.join(MANIFEST_FILE);
-        let (manifest, changed) = if path.exists() {
+        let (mut manifest, generation, mut changed) = if path.exists() {
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
             let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
                 Error::Catalog(format!("{} is not valid JSON: {e}", path.display()))
             })?;
+            let generation = value
+                .get(LOG_GENERATION)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
             let (value, ran) = migrate::upgrade(value)?;
             let m: Manifest = serde_json::from_value(value)
                 .map_err(|e| Error::Catalog(format!("{}: {e}", path.display())))?;
             if !ran.is_empty() {
                 tracing::info!(migrations = ?ran, "upgraded catalog manifest");
             }
-            (m, !ran.is_empty())
+            (m, generation, !ran.is_empty())
         } else {
-            (Manifest::fresh(), true)
+            (Manifest::fresh(), 0, true)
         };
+        let replayed = log::Log::replay(&dir, generation, &mut manifest)?;
+        if replayed > 0 {
+            tracing::info!(changes = replayed, "replayed the catalog log");
+            changed = true;
+        }
         let cat = Catalog {
-            dir,
+            dir: dir.clone(),
             data_dir: data_dir.to_path_buf(),
             current: RwLock::new(Arc::new(manifest.clone())),
-            writer: Mutex::new(()),
+            writer: Mutex::new(log::Log::new(&dir, generation, text_len(&path))),
         };
         if changed {
-            cat.persist(&manifest)?;
+            let mut log = cat.writer.lock();
+            cat.checkpoint(&manifest, &mut log)?;
         }
         Ok(cat)
     }
@@ -367,27 +393,46 @@ impl Catalog {
         self.current.read().clone()
     }
 
-    /// Applies `f` to a copy of the manifest, persists it atomically and publishes it.
-    /// If `f` or the write fails nothing changes. Only the typed operations of
-    /// `ops` call it.
+    /// Applies `f` to a copy of the manifest, persists the change (a log record, or
+    /// a checkpoint once the log outgrows the last one) and publishes it. If `f` or
+    /// the write fails nothing changes. Only the typed operations of `ops` call it.
     fn update<T>(&self, f: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
-        let _guard = self.writer.lock();
-        let mut next = (*self.snapshot()).clone();
+        let mut log = self.writer.lock();
+        let prev = self.snapshot();
+        let mut next = (*prev).clone();
         let out = f(&mut next)?;
-        self.persist(&next)?;
+        if log.wants_checkpoint() {
+            self.checkpoint(&next, &mut log)?;
+        } else {
+            log.append(&prev, &next)?;
+        }
         *self.current.write() = Arc::new(next);
         Ok(out)
     }
 
-    fn persist(&self, m: &Manifest) -> Result<()> {
-        let bytes = serde_json::to_vec(m).map_err(|e| Error::Catalog(e.to_string()))?;
+    /// Writes `m` as the checkpoint of the log's next generation and starts that
+    /// (empty) log.
+    fn checkpoint(&self, m: &Manifest, log: &mut log::Log) -> Result<()> {
+        let generation = log.generation() + 1;
+        let bytes = serde_json::to_vec(&Checkpoint {
+            manifest: m,
+            log_generation: generation,
+        })
+        .map_err(|e| Error::Catalog(e.to_string()))?;
         let tmp = self.dir.join(format!("{MANIFEST_FILE}.tmp"));
         let dst = self.dir.join(MANIFEST_FILE);
         write_durably(&tmp, &bytes)?;
         std::fs::rename(&tmp, &dst)
             .map_err(|e| Error::io(format!("cannot rename {}", tmp.display()), e))?;
-        sync_dir(&self.dir)
+        sync_dir(&self.dir)?;
+        log.checkpointed(generation, bytes.len() as u64);
+        Ok(())
     }
+}
+
+/// Size of a file, 0 when it cannot be read.
+fn text_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
 /// Writes `bytes` to `path` and fsyncs it.
@@ -405,4 +450,76 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(name: &str) -> NewTable {
+        NewTable {
+            name: name.into(),
+            columns: vec![ColumnDef {
+                name: "time".into(),
+                sql_type: SqlType::Timestamptz,
+                nullable: false,
+                default: None,
+            }],
+            time_column: Some("time".into()),
+            chunk_interval_micros: Some(86_400_000_000),
+            line_protocol: false,
+        }
+    }
+
+    fn json(c: &Catalog) -> serde_json::Value {
+        serde_json::to_value(&*c.snapshot()).unwrap()
+    }
+
+    #[test]
+    fn changes_go_to_the_log_and_come_back_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoint = dir.path().join("catalog").join(MANIFEST_FILE);
+        let cat = Catalog::open(dir.path()).unwrap();
+        let first = std::fs::read(&checkpoint).unwrap();
+        cat.create_database("db2", false).unwrap();
+        cat.create_table("db2", table("a"), false).unwrap();
+        cat.create_table("db2", table("b"), false).unwrap();
+        cat.create_table("sundial", table("c"), false).unwrap();
+        cat.rename_table("db2", "a", "a2").unwrap();
+        cat.drop_table("db2", "b", false).unwrap();
+        cat.set_chunk_interval("sundial", "c", 3_600_000_000)
+            .unwrap();
+        cat.create_role("r", true, &roles::RoleOptions::default())
+            .unwrap();
+        cat.set_owner("db2", "a2", "r").unwrap();
+        cat.drop_database("postgres", false).unwrap();
+        // No change rewrote the checkpoint.
+        assert_eq!(std::fs::read(&checkpoint).unwrap(), first);
+        let want = json(&cat);
+        drop(cat);
+
+        let again = Catalog::open(dir.path()).unwrap();
+        assert_eq!(json(&again), want);
+        // The start folded the log into a new checkpoint and removed the old log.
+        let text = std::fs::read_to_string(&checkpoint).unwrap();
+        assert!(
+            text.contains("\"a2\"") && text.contains("\"log_generation\":2"),
+            "{text}"
+        );
+        assert!(!dir.path().join("catalog/manifest-1.log").exists());
+
+        // A forced fold while running, then more changes, then a torn record.
+        again.writer.lock().force_checkpoint();
+        again.create_table("db2", table("d"), false).unwrap();
+        again.create_table("db2", table("e"), false).unwrap();
+        let want = json(&again);
+        drop(again);
+        let log = dir.path().join("catalog/manifest-3.log");
+        let mut bytes = std::fs::read(&log).unwrap();
+        bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, b'{']);
+        std::fs::write(&log, bytes).unwrap();
+        let third = Catalog::open(dir.path()).unwrap();
+        assert_eq!(json(&third), want);
+        assert!(third.snapshot().table("db2", "e").is_ok());
+    }
 }

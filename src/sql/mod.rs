@@ -80,6 +80,9 @@ pub enum Prepared {
         /// cache ([`plan_cache::prepared_key`]), for every execution of any session
         /// that prepares the same statement.
         cache_key: Option<String>,
+        /// The statement, when roles are checked: privileges are checked again at
+        /// each execution (a REVOKE after the Parse takes effect at once).
+        source: Option<Box<Statement>>,
     },
     /// Handled by Sundial itself.
     Native(Box<Statement>),
@@ -168,6 +171,34 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
         }
     }
     Ok(stmts)
+}
+
+/// Everything the SQL front door does to a text before planning (the INSERT
+/// scanner, the plan cache's shape and literal lifting, the nesting bound, the
+/// pre-pass, parsing and normalizing, result names, the gap-fill rewrite), for the
+/// fuzz targets: whatever the text, none of it may panic.
+#[doc(hidden)]
+pub fn front_door(sql: &str) {
+    let _ = insert::scan_insert(sql);
+    let shape = plan_cache::Shape::of(sql);
+    let Ok(stmts) = parse(sql) else {
+        return;
+    };
+    for stmt in stmts {
+        let _ = stmt.to_string();
+        let _ = args::placeholder_count(&stmt);
+        if let Statement::Query(q) = &stmt {
+            let _ = names::query_names(q);
+            let mut q = q.clone();
+            names::alias_duplicates(&mut q);
+            if gapfill::uses_gapfill(&q) {
+                let _ = gapfill::rewrite(&mut q);
+            }
+        }
+        if let Some(shape) = &shape {
+            let _ = plan_cache::lift(stmt, shape);
+        }
+    }
 }
 
 /// Gives `timestamp[tz]` casts PostgreSQL's microsecond precision, makes casts to
@@ -867,7 +898,12 @@ impl Session {
         self.check_not_aborted(Some(&stmt))?;
         access::check(self, &stmt)?;
         let state = self.ctx.state();
+        let kept = (self.engine.config().auth != crate::config::AuthMethod::Trust)
+            .then(|| Box::new(stmt.clone()));
         let mut p = self.prepare_in(&state, stmt, declared).await?;
+        if let Prepared::Plan { source, .. } = &mut p {
+            *source = kept;
+        }
         // Describe must announce the types the rows will have: the unanalyzed plan
         // types `CASE WHEN .. THEN 100 ELSE 523.5 END` by its first branch (bigint)
         // while execution yields numeric, and a binary-format client would read the
@@ -939,6 +975,7 @@ impl Session {
             cache_key: cache_key.filter(|_| plain_query),
             gapfill: fill,
             described: None,
+            source: None,
         })
     }
 
@@ -951,6 +988,7 @@ impl Session {
         match prepared {
             Prepared::Native(stmt) => {
                 self.check_not_aborted(Some(stmt))?;
+                access::check(self, stmt)?;
                 match params {
                     Some(p) => {
                         self.execute_native(&args::bind_placeholders(stmt, &p)?)
@@ -965,9 +1003,13 @@ impl Session {
                 names,
                 gapfill: fill,
                 cache_key,
+                source,
                 ..
             } => {
                 self.check_not_aborted(None)?;
+                if let Some(stmt) = source {
+                    access::check(self, stmt)?;
+                }
                 if let Some(key) = cache_key
                     && self.plan_cache_on()
                 {

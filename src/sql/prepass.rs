@@ -82,14 +82,11 @@ fn moves(sql: &str) -> String {
     if !(lower.contains("move") || lower.contains("fetch")) {
         return sql.to_string();
     }
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location() else {
+    let Some(tokens) = significant_tokens(sql) else {
         return sql.to_string();
     };
+    let sig: Vec<&TokenWithSpan> = tokens.iter().collect();
     let offsets = LineIndex::new(sql);
-    let sig: Vec<&TokenWithSpan> = tokens
-        .iter()
-        .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::EOF))
-        .collect();
     let mut edits: Vec<(usize, usize, String)> = vec![];
     for i in 0..sig.len() {
         let starts = i == 0 || matches!(sig[i - 1].token, Token::SemiColon);
@@ -114,6 +111,19 @@ fn moves(sql: &str) -> String {
     apply(sql, edits)
 }
 
+/// The tokens of `sql` without whitespace (`None`: it does not tokenize).
+fn significant_tokens(sql: &str) -> Option<Vec<TokenWithSpan>> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize_with_location()
+        .ok()?;
+    Some(
+        tokens
+            .into_iter()
+            .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::EOF))
+            .collect(),
+    )
+}
+
 /// PostgreSQL's `CREATE USER` / `ALTER USER` are its `CREATE ROLE` / `ALTER ROLE`
 /// (sqlparser reads them as Snowflake's): the keyword becomes ROLE, and a CREATE
 /// gets [`USER_MARK`] as an `IN ROLE` member, for its LOGIN default.
@@ -121,14 +131,11 @@ fn users(sql: &str) -> String {
     if !sql.to_ascii_lowercase().contains("user") {
         return sql.to_string();
     }
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location() else {
+    let Some(tokens) = significant_tokens(sql) else {
         return sql.to_string();
     };
+    let sig: Vec<&TokenWithSpan> = tokens.iter().collect();
     let offsets = LineIndex::new(sql);
-    let sig: Vec<&TokenWithSpan> = tokens
-        .iter()
-        .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::EOF))
-        .collect();
     let mut edits: Vec<(usize, usize, String)> = vec![];
     for i in 0..sig.len().saturating_sub(1) {
         let starts = i == 0 || matches!(sig[i - 1].token, Token::SemiColon);

@@ -32,24 +32,21 @@ fn denied(what: &str) -> Error {
 impl Session {
     /// Whether this session's role is a superuser (everyone is under trust).
     pub fn is_superuser(&self) -> bool {
-        self.engine.config().auth == AuthMethod::Trust
-            || self
-                .engine
-                .catalog()
-                .snapshot()
-                .role(&self.user)
-                .is_some_and(|r| r.superuser)
+        self.engine.config().auth == AuthMethod::Trust || self.role_is(|r| r.superuser)
     }
 
     /// Whether this session's role may create, change and drop roles.
     fn may_manage_roles(&self) -> bool {
-        self.is_superuser()
-            || self
-                .engine
-                .catalog()
-                .snapshot()
-                .role(&self.user)
-                .is_some_and(|r| r.create_role)
+        self.is_superuser() || self.role_is(|r| r.create_role)
+    }
+
+    /// Whether this session's role exists and `f` holds for it.
+    fn role_is(&self, f: impl FnOnce(&crate::catalog::roles::RoleDef) -> bool) -> bool {
+        self.engine
+            .catalog()
+            .snapshot()
+            .role(&self.user)
+            .is_some_and(f)
     }
 }
 

@@ -977,3 +977,64 @@ async fn kill9_trials_with_writers_on_both_protocols() {
         present[0] + present[1]
     );
 }
+
+/// `log_generation` of the catalog checkpoint in `dir`.
+fn catalog_generation(dir: &Path) -> u64 {
+    let text = std::fs::read_to_string(dir.join("catalog/manifest.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["log_generation"].as_u64().expect("log_generation")
+}
+
+#[tokio::test]
+async fn catalog_changes_are_logged_not_rewritten_and_survive_kill9() {
+    let mut server = TestServer::start();
+    let checkpoint = server.data_dir.join("catalog/manifest.json");
+    let before = std::fs::read(&checkpoint).unwrap();
+    let client = server.connect("sundial").await;
+    for i in 0..30 {
+        create_hypertable(&client, &format!("logged_{i}")).await;
+    }
+    client
+        .batch_execute(
+            "DROP TABLE logged_3; ALTER TABLE logged_4 ADD COLUMN added int8; \
+             INSERT INTO logged_5 VALUES ('2024-01-01 00:00:00+00', 1, 2); \
+             SELECT sundial_flush();",
+        )
+        .await
+        .unwrap();
+    // Thirty-odd catalog changes, and the checkpoint was not written once.
+    assert_eq!(std::fs::read(&checkpoint).unwrap(), before);
+    let generation = catalog_generation(&server.data_dir);
+    let log = server
+        .data_dir
+        .join(format!("catalog/manifest-{generation}.log"));
+    assert!(std::fs::metadata(&log).unwrap().len() > 0);
+    drop(client);
+
+    // A torn record at the end (a change cut off by the crash) is ignored.
+    server.kill9();
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes.extend_from_slice(&[0xff, 0xff, 0, 0, 1, 2, 3, 4, b'{', b'"']);
+    std::fs::write(&log, bytes).unwrap();
+    server.restart();
+    let client = server.connect("sundial").await;
+    assert_eq!(
+        int_one(
+            &client,
+            "SELECT count(*) FROM information_schema.tables \
+             WHERE table_name LIKE 'logged_%'"
+        )
+        .await,
+        29
+    );
+    assert_eq!(int_one(&client, "SELECT v FROM logged_5").await, 2);
+    assert_eq!(
+        int_one(&client, "SELECT count(added) FROM logged_4").await,
+        0
+    );
+    // The start folded the log into a new checkpoint and removed the old log.
+    assert_eq!(catalog_generation(&server.data_dir), generation + 1);
+    assert!(!log.exists());
+    let text = std::fs::read_to_string(&checkpoint).unwrap();
+    assert!(text.contains("\"added\"") && !text.contains("\"logged_3\""));
+}

@@ -4,6 +4,8 @@
 
 mod auth;
 mod conn;
+#[doc(hidden)]
+pub mod fuzz;
 mod params;
 
 use std::collections::HashMap;
