@@ -105,6 +105,10 @@ pub struct TableDef {
     /// `add_retention_policy`: chunks older than this are dropped by a background job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<Retention>,
+    /// A table made with SQL that line protocol may add columns to
+    /// (`WITH (sundial.line_protocol_columns = true)`); line-protocol tables always may.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lp_columns: bool,
 }
 
 /// A retention policy (TimescaleDB job `policy_retention`), one per hypertable.
@@ -182,6 +186,7 @@ impl TableDef {
             series_key: self.series_key.clone(),
             line_protocol: self.line_protocol,
             retention: self.retention.clone(),
+            lp_columns: self.lp_columns,
         }
     }
 
@@ -468,6 +473,7 @@ mod tests {
             time_column: Some("time".into()),
             chunk_interval_micros: Some(86_400_000_000),
             line_protocol: false,
+            lp_columns: false,
         }
     }
 

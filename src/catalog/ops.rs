@@ -22,6 +22,8 @@ pub struct NewTable {
     pub chunk_interval_micros: Option<i64>,
     /// Line-protocol table (strict field types, last write wins per point).
     pub line_protocol: bool,
+    /// A SQL table line protocol may add columns to.
+    pub lp_columns: bool,
 }
 
 impl NewTable {
@@ -36,6 +38,7 @@ impl NewTable {
             series_key: vec![],
             line_protocol: self.line_protocol,
             retention: None,
+            lp_columns: self.lp_columns,
         }
     }
 }

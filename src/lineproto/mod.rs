@@ -420,14 +420,16 @@ impl MeasurementBuilder {
                 existing_kind_name(&def.sql_type, is_tag),
             ));
         }
-        // A table made with SQL keeps the columns its owner gave it.
+        // A table made with SQL keeps the columns its owner gave it, unless it
+        // was created to take them.
         if let Some(t) = &self.table
             && !t.line_protocol
+            && !t.lp_columns
         {
             return Err(format!(
                 "table \"{}\" was created with SQL and has no column \"{key}\"; line \
-                 protocol adds columns only to tables it created (ALTER TABLE ... ADD \
-                 COLUMN first)",
+                 protocol adds columns only to tables it created or created WITH \
+                 (sundial.line_protocol_columns = true) (ALTER TABLE ... ADD COLUMN first)",
                 self.name
             ));
         }
@@ -950,6 +952,7 @@ fn ensure_tables(
                 time_column: Some("time".into()),
                 chunk_interval_micros: Some(interval),
                 line_protocol: true,
+                lp_columns: false,
             },
             // Tables already complete ask for nothing: they come back unchanged.
             columns: if ready(m).is_some() {

@@ -271,6 +271,8 @@ struct HyperOpts {
     hypertable: bool,
     partition_column: Option<String>,
     chunk_interval: Option<i64>,
+    /// `sundial.line_protocol_columns`: line protocol may add columns.
+    lp_columns: bool,
 }
 
 fn with_options(ct: &ast::CreateTable) -> Result<HyperOpts> {
@@ -284,6 +286,11 @@ fn with_options(ct: &ast::CreateTable) -> Result<HyperOpts> {
             continue;
         };
         let k = key.value.to_ascii_lowercase();
+        if k == "sundial.line_protocol_columns" {
+            let v = args::literal_text(&value).unwrap_or_else(|| value.to_string());
+            h.lp_columns = args::truthy(&v);
+            continue;
+        }
         let Some(short) = k
             .strip_prefix("tsdb.")
             .or_else(|| k.strip_prefix("timescaledb."))
@@ -382,6 +389,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
             time_column,
             chunk_interval_micros: interval,
             line_protocol: false,
+            lp_columns: opts.lp_columns,
         },
         ct.if_not_exists,
     )?;

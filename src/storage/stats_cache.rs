@@ -246,6 +246,7 @@ mod tests {
             series_key: vec![],
             line_protocol: false,
             retention: None,
+            lp_columns: false,
         })
     }
 

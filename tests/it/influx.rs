@@ -1508,6 +1508,26 @@ async fn line_protocol_keeps_to_sql_tables_columns_and_reserved_names() {
     let rows = query(&client, "SELECT host FROM acct").await;
     let hosts: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(hosts, vec!["a"]);
+
+    // A SQL table created to take line protocol's columns does.
+    client
+        .batch_execute(
+            "CREATE TABLE open_acct (time timestamptz NOT NULL, host text, v float8) \
+             WITH (tsdb.hypertable, tsdb.partition_column='time', \
+                   sundial.line_protocol_columns = true)",
+        )
+        .await
+        .expect("create open_acct");
+    write_ok(
+        &server.http_url("/write?db=sundial"),
+        "open_acct,host=b v=2,added=3 1700000001000000000\n",
+    )
+    .await;
+    let cols = column_types(&client, "open_acct").await;
+    assert_eq!(
+        cols.keys().cloned().collect::<Vec<_>>(),
+        vec!["added", "host", "time", "v"]
+    );
 }
 
 /// Line protocol creates databases and tables up to caps (`--lp-max-databases`,
