@@ -261,6 +261,16 @@ const RESERVED: &[&str] = &[
     "with",
 ];
 
+/// PostgreSQL's limit on the entries of a select list (`MaxTupleAttributeNumber`).
+const MAX_TARGET_ENTRIES: usize = 1664;
+
+fn too_many_entries() -> Error {
+    Error::sql(
+        "54011",
+        format!("target lists can have at most {MAX_TARGET_ENTRIES} entries"),
+    )
+}
+
 impl VisitorMut for Normalize {
     type Break = ();
     fn pre_visit_relation(&mut self, rel: &mut ast::ObjectName) -> ControlFlow<()> {
@@ -279,7 +289,23 @@ impl VisitorMut for Normalize {
     }
 
     fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
+        if let ast::SetExpr::Values(v) = q.body.as_ref()
+            && v.rows.iter().any(|r| r.len() > MAX_TARGET_ENTRIES)
+        {
+            self.error = Some(too_many_entries());
+            return ControlFlow::Break(());
+        }
         keep_rewritten_names(q);
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_select(&mut self, sel: &mut ast::Select) -> ControlFlow<()> {
+        // Before any rewrite looks at the list (DataFusion's planner compares every
+        // item with every other one: 100,000 items would plan for hours).
+        if sel.projection.len() > MAX_TARGET_ENTRIES {
+            self.error = Some(too_many_entries());
+            return ControlFlow::Break(());
+        }
         ControlFlow::Continue(())
     }
 

@@ -61,6 +61,28 @@ async fn operator_chains_answer_or_are_too_complex_never_abort() {
 }
 
 #[tokio::test]
+async fn wide_select_lists_get_postgres_limit() {
+    let server = TestServer::start();
+    let client = server.connect("sundial").await;
+    // PostgreSQL's limit is 1,664 entries; DataFusion's planner compares each item
+    // with every other one, so 100,000 of them planned for hours after a cancel.
+    let at_limit = format!("SELECT {}", vec!["1"; 1664].join(","));
+    let rows = text_rows(&client, &at_limit).await;
+    assert_eq!(rows[0].len(), 1664);
+    for sql in [
+        format!("SELECT {}", vec!["1"; 100_000].join(",")),
+        format!("SELECT * FROM (SELECT {}) s", vec!["1"; 1665].join(",")),
+        format!("VALUES ({})", vec!["1"; 1665].join(",")),
+    ] {
+        let e = client.simple_query(&sql).await.err();
+        assert_eq!(e.as_ref().and_then(code), Some("54011"), "{e:?}");
+        let e = client.query(&sql, &[]).await.err();
+        assert_eq!(e.as_ref().and_then(code), Some("54011"), "{e:?}");
+    }
+    alive(&server).await;
+}
+
+#[tokio::test]
 async fn statement_timeout_stops_a_long_query() {
     let server = TestServer::start();
     let client = server.connect("sundial").await;
