@@ -1310,8 +1310,16 @@ impl CopyHandler for Handler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let c = conn_of(client)?;
-        if let Some(state) = c.copy.lock().as_mut() {
-            state.feed(&data.data);
+        // Rows are parsed on the statement runtime: a long COPY keeps no connection
+        // or line-protocol thread busy.
+        let state = c.copy.lock().take();
+        if let Some(mut state) = state {
+            let state = on_statement_runtime(&c, async move {
+                state.feed(&data.data);
+                Ok(state)
+            })
+            .await?;
+            *c.copy.lock() = Some(state);
         }
         Ok(())
     }
@@ -1329,7 +1337,7 @@ impl CopyHandler for Handler {
         };
         let _active = Active::new(&self.active);
         let table = state.table.clone();
-        let written = match state.finish() {
+        let written = match on_statement_runtime(&c, async move { Ok(state.finish()) }).await? {
             Ok((batch, rows)) => c.session.write_rows(&table, batch).await.map(|_| rows),
             Err(e) => Err(e),
         };
