@@ -50,6 +50,8 @@ async fn operator_chains_answer_or_are_too_complex_never_abort() {
         format!("SELECT {}", vec!["1"; 20_000].join("+")),
         vec!["SELECT 1"; 20_000].join(" UNION ALL "),
         format!("SELECT 1 WHERE {}", vec!["true"; 100_000].join(" AND ")),
+        // sqlparser's time doubles with each nested call (found by fuzzing).
+        format!("SELECT {}1{}", "abs(".repeat(40), ")".repeat(40)),
     ] {
         let e = client.simple_query(&sql).await.err();
         assert_eq!(e.as_ref().and_then(code), Some("54001"), "{e:?}");
