@@ -19,7 +19,7 @@ pub const MAX_DEPTH: usize = 500;
 /// at least one character and one operator): no tokenizing for them.
 const SHORT: usize = 2 * MAX_DEPTH;
 
-/// The deepest nesting of function calls (`f(g(h(…)))`). sqlparser parses each
+/// The deepest nesting of function calls (`f(g(h(…)))`) and subscripts. sqlparser parses each
 /// call's arguments twice over (an attempt, then the parse that holds), so its time
 /// doubles with every level: 20 levels took 2 s in a debug build and the fuzzer found
 /// a 345-byte statement that parsed for over 10 s. Queries rarely nest calls more
@@ -57,17 +57,17 @@ pub fn check(sql: &str) -> Result<()> {
     Ok(())
 }
 
-/// The deepest nesting of `(` in the raw text (quotes not considered): an upper
+/// The deepest nesting of `(` and `[` in the raw text (quotes not considered): an upper
 /// bound of the call depth that needs no tokenizing.
 fn raw_paren_depth(sql: &str) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     for b in sql.bytes() {
         match b {
-            b'(' => {
+            b'(' | b'[' => {
                 depth += 1;
                 deepest = deepest.max(depth);
             }
-            b')' => depth = depth.saturating_sub(1),
+            b')' | b']' => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
@@ -109,7 +109,8 @@ const NOT_CALLS: &[Keyword] = &[
     Keyword::RETURN,
 ];
 
-/// How deeply function calls (a word right before `(`) nest; unclosed ones count.
+/// How deeply function calls (a word right before `(`) and subscripts (`[`) nest;
+/// unclosed ones count.
 pub fn call_depth(sql: &str) -> usize {
     let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
         return 0;
@@ -127,7 +128,13 @@ pub fn call_depth(sql: &str) -> usize {
                     deepest = deepest.max(calls);
                 }
             }
-            Token::RParen if open.pop() == Some(true) => calls -= 1,
+            // Subscripts are tried twice over too.
+            Token::LBracket => {
+                open.push(true);
+                calls += 1;
+                deepest = deepest.max(calls);
+            }
+            Token::RParen | Token::RBracket if open.pop() == Some(true) => calls -= 1,
             _ => {}
         }
         after_word = matches!(t, Token::Word(w) if !NOT_CALLS.contains(&w.keyword));
@@ -254,6 +261,7 @@ mod tests {
         assert_eq!(e.sqlstate(), "54001");
         // Unclosed calls count: the fuzzer's slow statement had few closing ones.
         assert!(check(&format!("SELECT {}y FROM t", "pg_typeof(".repeat(30))).is_err());
+        assert!(check(&format!("SELECT {}1", "a[f(".repeat(9))).is_err());
     }
 
     #[test]
