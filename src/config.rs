@@ -116,7 +116,11 @@ pub struct Config {
     pub wal_fsync: FsyncPolicy,
     /// Start even when WAL records are missing (a deleted segment), logging the loss.
     pub wal_accept_loss: bool,
-    /// Flush memtables once they hold this many bytes in total.
+    /// The one memory budget: memtables (twice `flush_size`), in-flight request
+    /// bodies, compaction and queries are parts of it and add up to at most this.
+    pub memory_limit: u64,
+    /// Flush memtables once they hold this many bytes in total; writers wait while
+    /// memtables (the one being flushed included) hold twice this.
     pub flush_size: u64,
     /// Flush a memtable once its oldest row is this old.
     pub flush_age: Duration,
@@ -124,6 +128,9 @@ pub struct Config {
     pub chunk_interval_micros: i64,
     /// Memory limit of the query engine, in bytes.
     pub query_memory_limit: u64,
+    /// Memory of a compaction: its merge's memory pool, and how many file bytes one
+    /// merge round reads.
+    pub compaction_memory: u64,
     /// Postgres connections served at once; more get FATAL 53300.
     pub max_connections: usize,
     /// Line-protocol connections served at once on each of the HTTP and TCP ports;
@@ -143,7 +150,7 @@ impl Default for Config {
             tcp_addr: None,
             tcp_database: "sundial".to_string(),
             http_max_body_size: 32 * 1024 * 1024,
-            http_max_inflight_bytes: 256 * 1024 * 1024,
+            http_max_inflight_bytes: DEFAULT_MEMORY_LIMIT / 8,
             http_auth_token: None,
             http_open_endpoints: vec!["health".into(), "ping".into()],
             auth: AuthMethod::Trust,
@@ -157,10 +164,12 @@ impl Default for Config {
             lp_max_tables: 10_000,
             wal_fsync: FsyncPolicy::Fsync,
             wal_accept_loss: false,
-            flush_size: 128 * 1024 * 1024,
+            memory_limit: DEFAULT_MEMORY_LIMIT,
+            flush_size: DEFAULT_MEMORY_LIMIT / 16,
             flush_age: Duration::from_secs(300),
             chunk_interval_micros: 7 * 86_400 * 1_000_000,
-            query_memory_limit: 2 * 1024 * 1024 * 1024,
+            query_memory_limit: DEFAULT_MEMORY_LIMIT / 8 * 5,
+            compaction_memory: DEFAULT_MEMORY_LIMIT / 8,
             max_connections: 100,
             lp_max_connections: 1000,
             lp_idle_timeout: Duration::from_secs(300),
@@ -196,6 +205,8 @@ pub struct Settings {
     pub lp_max_tables: Option<toml::Value>,
     pub wal_fsync: Option<String>,
     pub wal_accept_loss: Option<String>,
+    pub memory_limit: Option<toml::Value>,
+    pub compaction_memory: Option<toml::Value>,
     pub flush_size: Option<toml::Value>,
     pub flush_age: Option<String>,
     pub chunk_interval: Option<String>,
@@ -244,6 +255,8 @@ impl Settings {
             lp_max_tables,
             wal_fsync,
             wal_accept_loss,
+            memory_limit,
+            compaction_memory,
             flush_size,
             flush_age,
             chunk_interval,
@@ -282,14 +295,6 @@ impl Settings {
         }
         if let Some(v) = self.http_max_body_size {
             c.http_max_body_size = parse_bytes("http_max_body_size", &v)?;
-        }
-        if let Some(v) = self.http_max_inflight_bytes {
-            c.http_max_inflight_bytes = parse_bytes("http_max_inflight_bytes", &v)?;
-            if c.http_max_inflight_bytes == 0 {
-                return Err(Error::Config(
-                    "http_max_inflight_bytes must be positive".into(),
-                ));
-            }
         }
         if let Some(t) = self.http_auth_token {
             if t.trim().is_empty() {
@@ -369,9 +374,6 @@ impl Settings {
         if let Some(f) = self.wal_fsync {
             c.wal_fsync = f.parse()?;
         }
-        if let Some(v) = self.flush_size {
-            c.flush_size = parse_bytes("flush_size", &v)?;
-        }
         if let Some(v) = self.flush_age {
             c.flush_age = humantime::parse_duration(&v)
                 .map_err(|e| Error::Config(format!("flush_age `{v}`: {e}")))?;
@@ -384,9 +386,16 @@ impl Settings {
             }
             c.chunk_interval_micros = micros;
         }
-        if let Some(v) = self.query_memory_limit {
-            c.query_memory_limit = parse_bytes("query_memory_limit", &v)?;
-        }
+        split_memory(
+            &mut c,
+            &MemorySettings {
+                memory_limit: self.memory_limit,
+                flush_size: self.flush_size,
+                http_max_inflight_bytes: self.http_max_inflight_bytes,
+                compaction_memory: self.compaction_memory,
+                query_memory_limit: self.query_memory_limit,
+            },
+        )?;
         if let Some(v) = self.max_connections {
             c.max_connections = parse_count("max_connections", &v)?;
         }
@@ -419,6 +428,101 @@ impl Settings {
             )));
         }
         Ok(c)
+    }
+}
+
+/// The memory budget when none is configured: 2 GiB, or a quarter of the machine's
+/// memory when that is less (at least 256 MiB).
+pub const DEFAULT_MEMORY_LIMIT: u64 = 2 * 1024 * 1024 * 1024;
+const MIN_MEMORY_LIMIT: u64 = 256 * 1024 * 1024;
+/// Queries need at least this much of the budget.
+const MIN_QUERY_MEMORY: u64 = 64 * 1024 * 1024;
+
+/// The memory settings as given (each may be missing).
+struct MemorySettings {
+    memory_limit: Option<toml::Value>,
+    flush_size: Option<toml::Value>,
+    http_max_inflight_bytes: Option<toml::Value>,
+    compaction_memory: Option<toml::Value>,
+    query_memory_limit: Option<toml::Value>,
+}
+
+/// Splits `memory_limit` into its parts: memtables (twice the flush size) an eighth,
+/// in-flight request bodies an eighth, compaction an eighth and queries the rest.
+/// A part given explicitly is taken as is; the parts must fit in the budget.
+fn split_memory(c: &mut Config, m: &MemorySettings) -> Result<()> {
+    let positive = |name: &str, v: &Option<toml::Value>| -> Result<Option<u64>> {
+        match v {
+            None => Ok(None),
+            Some(v) => match parse_bytes(name, v)? {
+                0 => Err(Error::Config(format!("{name} must be positive"))),
+                n => Ok(Some(n)),
+            },
+        }
+    };
+    let limit = match positive("memory_limit", &m.memory_limit)? {
+        Some(l) => l,
+        None => default_memory_limit(),
+    };
+    let eighth = limit / 8;
+    c.memory_limit = limit;
+    c.flush_size = positive("flush_size", &m.flush_size)?.unwrap_or(eighth / 2);
+    c.http_max_inflight_bytes =
+        positive("http_max_inflight_bytes", &m.http_max_inflight_bytes)?.unwrap_or(eighth);
+    c.compaction_memory = positive("compaction_memory", &m.compaction_memory)?.unwrap_or(eighth);
+    let others = c
+        .flush_size
+        .saturating_mul(2)
+        .saturating_add(c.http_max_inflight_bytes)
+        .saturating_add(c.compaction_memory);
+    c.query_memory_limit = match positive("query_memory_limit", &m.query_memory_limit)? {
+        Some(q) => q,
+        None => limit.saturating_sub(others),
+    };
+    let total = others.saturating_add(c.query_memory_limit);
+    if total > limit || c.query_memory_limit < MIN_QUERY_MEMORY.min(limit / 4) {
+        return Err(Error::Config(format!(
+            "memory_limit is {}: memtables (2 x flush_size = {}), http_max_inflight_bytes ({}), compaction_memory ({}) and query_memory_limit ({}) must fit in it, leaving queries at least {} — raise memory_limit or lower a part",
+            show_bytes(limit),
+            show_bytes(c.flush_size.saturating_mul(2)),
+            show_bytes(c.http_max_inflight_bytes),
+            show_bytes(c.compaction_memory),
+            show_bytes(c.query_memory_limit),
+            show_bytes(MIN_QUERY_MEMORY.min(limit / 4)),
+        )));
+    }
+    Ok(())
+}
+
+/// 2 GiB, or a quarter of physical memory when that is less (at least 256 MiB).
+fn default_memory_limit() -> u64 {
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages <= 0 || page <= 0 {
+        return DEFAULT_MEMORY_LIMIT;
+    }
+    let quarter = (pages as u64).saturating_mul(page as u64) / 4;
+    quarter.clamp(MIN_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT)
+}
+
+/// `1.5GiB`-style text for sizes in messages.
+pub fn show_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v}{}", UNITS[u])
+    } else {
+        format!("{v:.1}{}", UNITS[u])
     }
 }
 
@@ -542,5 +646,55 @@ mod tests {
         let c = a.overlay(b).into_config().unwrap();
         assert_eq!(c.pg_addr.port(), 2);
         assert_eq!(c.log_level, "info");
+    }
+
+    fn sized(pairs: &[(&str, &str)]) -> Result<Config> {
+        let mut s = Settings::default();
+        for (k, v) in pairs {
+            let v = Some(toml::Value::String(v.to_string()));
+            match *k {
+                "memory_limit" => s.memory_limit = v,
+                "flush_size" => s.flush_size = v,
+                "http_max_inflight_bytes" => s.http_max_inflight_bytes = v,
+                "compaction_memory" => s.compaction_memory = v,
+                "query_memory_limit" => s.query_memory_limit = v,
+                other => panic!("no size setting {other}"),
+            }
+        }
+        s.into_config()
+    }
+
+    #[test]
+    fn one_memory_limit_is_split_into_its_parts() {
+        let c = sized(&[("memory_limit", "1GiB")]).unwrap();
+        assert_eq!(c.memory_limit, 1 << 30);
+        assert_eq!(c.flush_size, 64 << 20);
+        assert_eq!(c.http_max_inflight_bytes, 128 << 20);
+        assert_eq!(c.compaction_memory, 128 << 20);
+        assert_eq!(c.query_memory_limit, 640 << 20);
+        // A part given explicitly is kept; queries get what is left.
+        let c = sized(&[("memory_limit", "1GiB"), ("flush_size", "256KiB")]).unwrap();
+        assert_eq!(c.flush_size, 256 << 10);
+        assert_eq!(c.query_memory_limit, (1 << 30) - (512 << 10) - (256 << 20));
+        // Parts that do not fit are a start-up error naming the budget.
+        let e = sized(&[("memory_limit", "1GiB"), ("query_memory_limit", "2GiB")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("memory_limit is 1GiB"), "{e}");
+        let e = sized(&[("memory_limit", "512MiB"), ("flush_size", "200MiB")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("raise memory_limit"), "{e}");
+        assert!(sized(&[("memory_limit", "0")]).is_err());
+        // The default budget is at most 2 GiB and its parts add up within it.
+        let c = sized(&[]).unwrap();
+        assert!(c.memory_limit <= DEFAULT_MEMORY_LIMIT && c.memory_limit >= MIN_MEMORY_LIMIT);
+        assert!(
+            2 * c.flush_size
+                + c.http_max_inflight_bytes
+                + c.compaction_memory
+                + c.query_memory_limit
+                <= c.memory_limit
+        );
     }
 }

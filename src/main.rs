@@ -68,7 +68,7 @@ struct ServeArgs {
     /// Largest line-protocol body, compressed or not (default 32MiB).
     #[arg(long, env = "SUNDIAL_HTTP_MAX_BODY_SIZE")]
     http_max_body_size: Option<String>,
-    /// Body bytes all line-protocol requests may hold at once (default 256MiB).
+    /// Body bytes all line-protocol requests may hold at once (default memory_limit / 8).
     #[arg(long, env = "SUNDIAL_HTTP_MAX_INFLIGHT_BYTES")]
     http_max_inflight_bytes: Option<String>,
     /// API token the HTTP port accepts as the superuser (needs password auth).
@@ -116,7 +116,13 @@ struct ServeArgs {
     /// Start even when WAL records are missing, logging the loss (default false).
     #[arg(long, env = "SUNDIAL_WAL_ACCEPT_LOSS")]
     wal_accept_loss: Option<String>,
-    /// Flush memtables at this size (e.g. 128MiB).
+    /// The memory budget all parts share (default 2GiB, or a quarter of RAM if less).
+    #[arg(long, env = "SUNDIAL_MEMORY_LIMIT")]
+    memory_limit: Option<String>,
+    /// Memory of a compaction merge (default memory_limit / 8).
+    #[arg(long, env = "SUNDIAL_COMPACTION_MEMORY")]
+    compaction_memory: Option<String>,
+    /// Flush memtables at this size (default memory_limit / 16).
     #[arg(long, env = "SUNDIAL_FLUSH_SIZE")]
     flush_size: Option<String>,
     /// Flush memtables at this age (e.g. 5m).
@@ -125,7 +131,7 @@ struct ServeArgs {
     /// Default chunk interval of hypertables (e.g. '7 days').
     #[arg(long, env = "SUNDIAL_CHUNK_INTERVAL")]
     chunk_interval: Option<String>,
-    /// Query engine memory limit (e.g. 2GiB).
+    /// Query engine memory limit (default: what the other parts leave of memory_limit).
     #[arg(long, env = "SUNDIAL_QUERY_MEMORY_LIMIT")]
     query_memory_limit: Option<String>,
     /// Postgres connections served at once (default 100); more get 53300.
@@ -170,6 +176,8 @@ impl ServeArgs {
             lp_max_tables: self.lp_max_tables.clone().map(toml::Value::String),
             wal_fsync: self.wal_fsync.clone(),
             wal_accept_loss: self.wal_accept_loss.clone(),
+            memory_limit: self.memory_limit.clone().map(toml::Value::String),
+            compaction_memory: self.compaction_memory.clone().map(toml::Value::String),
             flush_size: self.flush_size.clone().map(toml::Value::String),
             flush_age: self.flush_age.clone(),
             chunk_interval: self.chunk_interval.clone(),

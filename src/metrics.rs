@@ -61,6 +61,10 @@ pub struct Snapshot {
     pub flushes: u64,
     pub flushed_bytes: u64,
     pub flushed_files: u64,
+    /// Compaction merges (one per group of files merged into one).
+    pub compaction_merges: u64,
+    /// Bytes held by memtables, the one being flushed included.
+    pub memtable_bytes: u64,
     pub tables: u64,
     pub chunks: u64,
     pub chunk_files: u64,
@@ -178,6 +182,20 @@ pub fn render(s: &Snapshot) -> String {
         c,
         "Parquet files written by flushes.",
         s.flushed_files,
+    );
+    metric(
+        &mut out,
+        "sundial_compaction_merges_total",
+        c,
+        "Compaction merges: each merges a group of a chunk's files into one.",
+        s.compaction_merges,
+    );
+    metric(
+        &mut out,
+        "sundial_memtable_bytes",
+        g,
+        "Bytes held by memtables, the one being flushed included.",
+        s.memtable_bytes,
     );
     metric(
         &mut out,

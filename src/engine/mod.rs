@@ -55,6 +55,8 @@ pub struct Engine {
     store: Arc<dyn ObjectStore>,
     store_url: ObjectStoreUrl,
     runtime: Arc<RuntimeEnv>,
+    /// Compaction's own memory pool (`compaction_memory`), apart from queries'.
+    compaction_runtime: Arc<RuntimeEnv>,
     started: Instant,
     metrics: Metrics,
     /// One compaction at a time.
@@ -159,8 +161,12 @@ impl Engine {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(config.query_memory_limit as usize, 1.0)
             .build_arc()?;
+        let compaction_runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(config.compaction_memory as usize, 1.0)
+            .build_arc()?;
         let url = url_of(STORE_URL)?;
         runtime.register_object_store(&url, store.clone());
+        compaction_runtime.register_object_store(&url, store.clone());
         let engine = Arc::new(Engine {
             config,
             catalog,
@@ -168,6 +174,7 @@ impl Engine {
             store,
             store_url,
             runtime,
+            compaction_runtime,
             started: Instant::now(),
             metrics: Default::default(),
             compact_lock: tokio::sync::Mutex::new(()),
@@ -380,6 +387,8 @@ impl Engine {
         s.flushes = get(&w.flushes);
         s.flushed_bytes = get(&w.flushed_bytes);
         s.flushed_files = get(&w.flushed_files);
+        s.compaction_merges = get(&w.compactions);
+        s.memtable_bytes = self.writer.memtable_bytes() as u64;
         s.wal_appends = get(&wal.appends);
         s.wal_fsyncs = get(&wal.fsyncs);
         s.wal_bytes = get(&wal.bytes);
@@ -598,7 +607,7 @@ impl Engine {
                     if self.background.token().is_cancelled() {
                         return Ok(done);
                     }
-                    if self.compact_chunk(db, t, &files).await? {
+                    if self.compact_chunk(db, t.id, (start, end)).await? {
                         done += 1;
                     }
                 }
@@ -607,11 +616,66 @@ impl Engine {
         Ok(done)
     }
 
-    /// Merges `files` (one chunk of `table`) into one and swaps it in. Returns false,
-    /// having changed nothing, when the chunk's files changed meanwhile (a DELETE,
-    /// drop_chunks or DROP TABLE got there first): the chunk is left for next time.
-    async fn compact_chunk(&self, db: &str, table: &TableDef, files: &[&FileMeta]) -> Result<bool> {
-        let out = rewrite::rewrite(&self.file_store(), db, table, files, Rewrite::Merge).await?;
+    /// Merges the files of one chunk (`(start, end)` of table `table_id`) into one,
+    /// in rounds: each round merges groups of consecutive files that fit in
+    /// `compaction_memory` (at most [`MAX_MERGE_FILES`] each), so memory stays bounded
+    /// whatever the file count. Returns false when the chunk changed meanwhile (a
+    /// DELETE, drop_chunks or DROP TABLE got there first): the rest is left for next time.
+    async fn compact_chunk(
+        &self,
+        db: &str,
+        table_id: u64,
+        chunk: (i64, Option<i64>),
+    ) -> Result<bool> {
+        let chunk_files = |t: &TableDef| -> Vec<FileMeta> {
+            t.files
+                .iter()
+                .filter(|f| (f.chunk_start, f.chunk_end) == chunk)
+                .cloned()
+                .collect()
+        };
+        loop {
+            let m = self.catalog.snapshot();
+            let Some((_, t)) = m.table_by_id(table_id) else {
+                return Ok(false);
+            };
+            let files = chunk_files(t);
+            if files.len() < 2 {
+                return Ok(true);
+            }
+            let groups = merge_groups(
+                &files,
+                t.schema().fields().len(),
+                self.config.compaction_memory,
+            );
+            for group in groups.iter().filter(|g| g.len() > 1) {
+                if self.background.token().is_cancelled() {
+                    return Ok(false);
+                }
+                // A fresh view of the table: the previous group's swap changed it.
+                let m = self.catalog.snapshot();
+                let Some((_, t)) = m.table_by_id(table_id) else {
+                    return Ok(false);
+                };
+                let now: Vec<&FileMeta> = group
+                    .iter()
+                    .filter_map(|g| t.files.iter().find(|f| f.id == g.id))
+                    .collect();
+                if now.len() != group.len() || !self.merge_files(db, t, &now).await? {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// Merges `files` (consecutive files of one chunk of `table`) into one and swaps
+    /// it in. Returns false, having changed nothing, when the files changed meanwhile.
+    async fn merge_files(&self, db: &str, table: &TableDef, files: &[&FileMeta]) -> Result<bool> {
+        let fs = FileStore {
+            runtime: &self.compaction_runtime,
+            ..self.file_store()
+        };
+        let out = rewrite::rewrite(&fs, db, table, files, Rewrite::Merge).await?;
         let (path, bytes) = out
             .file
             .as_ref()
@@ -691,6 +755,40 @@ impl Engine {
     }
 }
 
+/// Most files one compaction merge reads at once.
+const MAX_MERGE_FILES: usize = 16;
+
+/// Splits a chunk's files (in arrival order) into consecutive groups that one merge
+/// each reads within half of `budget` (the rest is the merge's and the writer's): a file costs about two decoded batches (8,192
+/// rows of `columns` columns at 16 bytes a value) plus one compressed row group.
+/// At most [`MAX_MERGE_FILES`] and at least two files a group.
+fn merge_groups(files: &[FileMeta], columns: usize, budget: u64) -> Vec<Vec<FileMeta>> {
+    let batch = 2 * 8192 * 16 * columns.max(1) as u64;
+    let cost = |f: &FileMeta| {
+        let groups = f
+            .rows
+            .div_ceil(crate::storage::ROW_GROUP_ROWS as u64)
+            .max(1);
+        batch + f.bytes / groups
+    };
+    let mut out: Vec<Vec<FileMeta>> = vec![];
+    let mut used = 0u64;
+    for f in files {
+        let c = cost(f);
+        match out.last_mut() {
+            Some(g) if g.len() < MAX_MERGE_FILES && (g.len() < 2 || used + c <= budget / 2) => {
+                g.push(f.clone());
+                used += c;
+            }
+            _ => {
+                out.push(vec![f.clone()]);
+                used = c;
+            }
+        }
+    }
+    out
+}
+
 fn url_of(s: &str) -> Result<url::Url> {
     url::Url::parse(s).map_err(|e| Error::Internal(format!("bad store url {s}: {e}")))
 }
@@ -719,4 +817,44 @@ fn lock_dir(dir: &std::path::Path) -> Result<File> {
         )));
     }
     Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(id: u64, rows: u64, bytes: u64) -> FileMeta {
+        FileMeta {
+            id,
+            chunk_start: 0,
+            chunk_end: None,
+            path: format!("f{id}"),
+            rows,
+            bytes,
+            stats: vec![],
+        }
+    }
+
+    #[test]
+    fn merge_groups_are_consecutive_and_bounded() {
+        let files: Vec<FileMeta> = (0..40).map(|i| file(i, 10_000, 1 << 20)).collect();
+        // A generous budget: groups of MAX_MERGE_FILES, in order, every file once.
+        let groups = merge_groups(&files, 10, 1 << 40);
+        assert_eq!(
+            groups.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![16, 16, 8]
+        );
+        let ids: Vec<u64> = groups.iter().flatten().map(|f| f.id).collect();
+        assert_eq!(ids, (0..40).collect::<Vec<_>>());
+        // A small budget: smaller groups, but never fewer than two files.
+        let per_file = 2 * 8192 * 16 * 10 + (1 << 20);
+        let groups = merge_groups(&files, 10, 8 * per_file);
+        assert!(
+            groups.iter().all(|g| g.len() <= 4),
+            "{:?}",
+            groups.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        let groups = merge_groups(&files, 10, 1);
+        assert!(groups.iter().all(|g| g.len() == 2));
+    }
 }

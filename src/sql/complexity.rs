@@ -26,9 +26,27 @@ const SHORT: usize = 2 * MAX_DEPTH;
 /// than a handful deep.
 pub const MAX_CALL_DEPTH: usize = 16;
 
-/// An error (54001) when `sql` nests deeper than [`MAX_DEPTH`], or its function
-/// calls deeper than [`MAX_CALL_DEPTH`].
+/// The most `.` a dotted name (`a.b.c`, `(rec).f.g`) may have. sqlparser parses
+/// what follows each `.` as an attempt and again when the attempt fails, so a chain
+/// that ends badly costs 2^N: the fuzzer found a stream whose 115-dot chain parsed
+/// for over 15 minutes. PostgreSQL's longest qualified name has three dots.
+pub const MAX_DOTS: usize = 12;
+
+/// An error (54001) when `sql` nests deeper than [`MAX_DEPTH`], its function calls
+/// deeper than [`MAX_CALL_DEPTH`], or a dotted name has more than [`MAX_DOTS`] dots.
 pub fn check(sql: &str) -> Result<()> {
+    if raw_dots(sql) > MAX_DOTS {
+        let dots = dotted_chain(sql);
+        if dots > MAX_DOTS {
+            return Err(Error::sql(
+                "54001",
+                format!(
+                    "statement too complex: a dotted name with {dots} dots, the limit is \
+                     {MAX_DOTS}"
+                ),
+            ));
+        }
+    }
     if raw_paren_depth(sql) > MAX_CALL_DEPTH {
         let calls = call_depth(sql);
         if calls > MAX_CALL_DEPTH {
@@ -55,6 +73,48 @@ pub fn check(sql: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The most `.` between two bytes that always end a dotted name (quotes not
+/// considered): an upper bound of [`dotted_chain`] that needs no tokenizing.
+fn raw_dots(sql: &str) -> usize {
+    let (mut dots, mut most) = (0usize, 0usize);
+    for b in sql.bytes() {
+        match b {
+            b'.' => {
+                dots += 1;
+                most = most.max(dots);
+            }
+            b',' | b';' | b'(' | b'=' | b'<' | b'>' | b'+' | b'-' | b'/' => dots = 0,
+            _ => {}
+        }
+    }
+    most
+}
+
+/// The most dots in one dotted name: a run of tokens where every other one is a `.`
+/// (consecutive dots count too). Text the tokenizer refuses counts 0: the parser
+/// refuses it as fast.
+pub fn dotted_chain(sql: &str) -> usize {
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        return 0;
+    };
+    let (mut dots, mut most) = (0usize, 0usize);
+    let mut after_dot = false;
+    for t in &tokens {
+        match t {
+            Token::Whitespace(_) => continue,
+            Token::Period => {
+                dots += 1;
+                most = most.max(dots);
+                after_dot = true;
+            }
+            // A name part after a dot continues the chain; anything after a part ends it.
+            _ if after_dot => after_dot = false,
+            _ => dots = 0,
+        }
+    }
+    most
 }
 
 /// The deepest nesting of `(` and `[` in the raw text (quotes not considered): an upper
@@ -276,6 +336,30 @@ mod tests {
         let insert = format!("INSERT INTO t VALUES {}", values.join(", "));
         assert!(depth(&insert) <= 3);
         assert!(check(&insert).is_ok());
+    }
+
+    #[test]
+    fn long_dotted_names_are_too_complex() {
+        assert_eq!(
+            dotted_chain("SELECT t.a, s.t.b FROM s.t WHERE x.y.z = 1"),
+            2
+        );
+        assert_eq!(dotted_chain("SELECT a . b . c"), 2);
+        assert_eq!(dotted_chain("SELECT 1.5, 2.5 FROM t"), 0);
+        assert_eq!(dotted_chain("SELECT a....b"), 4);
+        let chain = |n: usize| format!("SELECT {}x", "a.".repeat(n));
+        assert!(check(&chain(MAX_DOTS)).is_ok());
+        let e = check(&chain(MAX_DOTS + 1)).unwrap_err();
+        assert_eq!(e.sqlstate(), "54001");
+        assert!(check(&format!("SELECT a{}b", ".".repeat(100))).is_err());
+        // Many short names are fine, however many dots the statement has.
+        let cols: Vec<String> = (0..200).map(|i| format!("s.t.c{i}")).collect();
+        assert!(check(&format!("SELECT {} FROM s.t", cols.join(" , "))).is_ok());
+        let spaced: Vec<String> = (0..200).map(|i| format!("t.c{i} AS a{i}")).collect();
+        assert!(check(&format!("SELECT {} FROM t", spaced.join(" , "))).is_ok());
+        // The worst case the bound allows parses quickly: a chain that ends badly.
+        let worst = format!("SELECT {}+ FROM t", "a.".repeat(MAX_DOTS));
+        assert!(crate::sql::parse(&worst).is_err());
     }
 
     #[test]

@@ -44,58 +44,100 @@ pub fn may_have_duplicates(batch: &RecordBatch, keys: &[usize]) -> Result<bool> 
 /// keys: for every other column the value of the latest row (highest position in
 /// `batch`) that is not NULL wins. Rows are assumed to be in arrival order.
 pub fn dedup_sort(batch: &RecordBatch, keys: &[usize]) -> Result<RecordBatch> {
-    let n = batch.num_rows();
-    if n == 0 {
-        return Ok(batch.clone());
-    }
-    // Sort through the row format: one memcmp per comparison instead of a
-    // column-by-column comparison of every tag; the stable sort keeps arrival order.
-    let fields = keys
-        .iter()
-        .map(|i| SortField::new(batch.schema().field(*i).data_type().clone()))
-        .collect();
-    let conv = RowConverter::new(fields)?;
-    let key_cols: Vec<ArrayRef> = keys.iter().map(|i| batch.column(*i).clone()).collect();
-    let rows = conv.convert_columns(&key_cols)?;
-    let mut order: Vec<u32> = (0..n as u32).collect();
-    order.sort_by(|a, b| rows.row(*a as usize).cmp(&rows.row(*b as usize)));
-    let order = &order[..];
+    let order = DedupOrder::new(batch, keys)?;
+    order.take(batch, keys, 0..order.len())
+}
 
-    let mut runs: Vec<(usize, usize)> = Vec::new(); // [start, end) into `order`
-    let mut start = 0;
-    for i in 1..=order.len() {
-        if i == order.len() || rows.row(order[i] as usize) != rows.row(order[start] as usize) {
-            runs.push((start, i));
-            start = i;
+/// Where the rows of [`dedup_sort`]'s answer come from, so that a large batch can
+/// be written out a slice at a time instead of copied whole.
+pub struct DedupOrder {
+    /// Row positions sorted by key; equal keys stay in arrival order.
+    order: Vec<u32>,
+    /// `[start, end)` ranges of `order` with one key; `None` when every key differs.
+    runs: Option<Vec<(u32, u32)>>,
+}
+
+impl DedupOrder {
+    pub fn new(batch: &RecordBatch, keys: &[usize]) -> Result<DedupOrder> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(DedupOrder {
+                order: vec![],
+                runs: None,
+            });
+        }
+        // Sort through the row format: one memcmp per comparison instead of a
+        // column-by-column comparison of every tag; the stable sort keeps arrival order.
+        let fields = keys
+            .iter()
+            .map(|i| SortField::new(batch.schema().field(*i).data_type().clone()))
+            .collect();
+        let conv = RowConverter::new(fields)?;
+        let key_cols: Vec<ArrayRef> = keys.iter().map(|i| batch.column(*i).clone()).collect();
+        let rows = conv.convert_columns(&key_cols)?;
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_by(|a, b| rows.row(*a as usize).cmp(&rows.row(*b as usize)));
+
+        let mut runs: Vec<(u32, u32)> = Vec::new();
+        let mut start = 0;
+        for i in 1..=order.len() {
+            if i == order.len() || rows.row(order[i] as usize) != rows.row(order[start] as usize) {
+                runs.push((start as u32, i as u32));
+                start = i;
+            }
+        }
+        let runs = (runs.len() != n).then_some(runs);
+        Ok(DedupOrder { order, runs })
+    }
+
+    /// Rows of the answer.
+    pub fn len(&self) -> usize {
+        match &self.runs {
+            Some(r) => r.len(),
+            None => self.order.len(),
         }
     }
-    if runs.len() == n {
-        // No duplicates: a plain sort.
-        let idx = UInt32Array::from(order.to_vec());
-        return Ok(arrow::compute::take_record_batch(batch, &idx)?);
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
-    let mut out = Vec::with_capacity(batch.num_columns());
-    for (c, col) in batch.columns().iter().enumerate() {
-        let is_key = keys.contains(&c);
-        let idx: UInt32Array = runs
-            .iter()
-            .map(|(s, e)| {
-                let last = order[*e - 1];
-                if is_key || col.null_count() == 0 {
-                    return last;
-                }
-                order[*s..*e]
-                    .iter()
-                    .rev()
-                    .copied()
-                    .find(|r| col.is_valid(*r as usize))
-                    .unwrap_or(last)
-            })
-            .collect();
-        out.push(take(col.as_ref(), &idx, None)?);
+    /// Rows `range` of the answer, taken from `batch` (the batch it was made for).
+    pub fn take(
+        &self,
+        batch: &RecordBatch,
+        keys: &[usize],
+        range: std::ops::Range<usize>,
+    ) -> Result<RecordBatch> {
+        let Some(runs) = &self.runs else {
+            // No duplicates: a plain sort.
+            let idx = UInt32Array::from(self.order[range].to_vec());
+            return Ok(arrow::compute::take_record_batch(batch, &idx)?);
+        };
+        let order = &self.order[..];
+        let mut out = Vec::with_capacity(batch.num_columns());
+        for (c, col) in batch.columns().iter().enumerate() {
+            let is_key = keys.contains(&c);
+            let idx: UInt32Array = runs[range.clone()]
+                .iter()
+                .map(|&(s, e)| {
+                    let (s, e) = (s as usize, e as usize);
+                    let last = order[e - 1];
+                    if is_key || col.null_count() == 0 {
+                        return last;
+                    }
+                    order[s..e]
+                        .iter()
+                        .rev()
+                        .copied()
+                        .find(|r| col.is_valid(*r as usize))
+                        .unwrap_or(last)
+                })
+                .collect();
+            out.push(take(col.as_ref(), &idx, None)?);
+        }
+        Ok(RecordBatch::try_new(batch.schema(), out)?)
     }
-    Ok(RecordBatch::try_new(batch.schema(), out)?)
 }
 
 #[cfg(test)]

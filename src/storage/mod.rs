@@ -44,20 +44,51 @@ pub fn file_path(db: &str, table_id: u64, chunk_start: i64, file_id: u64) -> Obj
     ])
 }
 
-/// Sorts rows by the time column (stable, so equal times keep arrival order).
-pub fn sort_by_time(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
+/// Rows of a sorted batch handed to the Parquet writer at a time by a flush.
+const WRITE_SLICE_ROWS: usize = 64 * 1024;
+
+/// The order a flush writes a batch in.
+enum Sorted {
+    /// Series then time, duplicates merged (line-protocol tables); with the keys.
+    Dedup(dedup::DedupOrder, Vec<usize>),
+    /// Time order (other tables); `None` keeps the batch's order.
+    Time(Option<arrow::array::UInt32Array>, usize),
+}
+
+impl Sorted {
+    fn len(&self) -> usize {
+        match self {
+            Sorted::Dedup(o, _) => o.len(),
+            Sorted::Time(_, n) => *n,
+        }
+    }
+
+    fn take(&self, batch: &RecordBatch, range: std::ops::Range<usize>) -> Result<RecordBatch> {
+        match self {
+            Sorted::Dedup(o, keys) => o.take(batch, keys, range),
+            Sorted::Time(Some(idx), _) => Ok(take_record_batch(
+                batch,
+                &idx.slice(range.start, range.len()),
+            )?),
+            Sorted::Time(None, _) => Ok(batch.slice(range.start, range.len())),
+        }
+    }
+}
+
+/// The positions of `batch`'s rows in time order (`None`: already in it, or no time).
+fn time_order(table: &TableDef, batch: &RecordBatch) -> Result<Sorted> {
+    let n = batch.num_rows();
     let Some(ti) = table.time_index() else {
-        return Ok(batch.clone());
+        return Ok(Sorted::Time(None, n));
     };
-    if batch.num_rows() < 2 {
-        return Ok(batch.clone());
+    if n < 2 {
+        return Ok(Sorted::Time(None, n));
     }
     let cols = vec![SortColumn {
         values: batch.column(ti).clone(),
         options: Some(SortOptions::default()),
     }];
-    let idx = lexsort_to_indices(&cols, None)?;
-    Ok(take_record_batch(batch, &idx)?)
+    Ok(Sorted::Time(Some(lexsort_to_indices(&cols, None)?), n))
 }
 
 /// Rows per data page: a narrow query (one series, one hour) decodes the pages its
@@ -206,23 +237,27 @@ pub async fn write_chunk_file(
     batch: &RecordBatch,
 ) -> Result<FileMeta> {
     // Line-protocol tables: by series then time, one row per point (last write wins);
-    // long runs of one series compress far better than time order.
-    let sorted = match dedup::key_indices(table, &batch.schema()) {
-        Some(keys) => dedup::dedup_sort(batch, &keys)?,
-        None => sort_by_time(table, batch)?,
+    // long runs of one series compress far better than time order. The sorted rows
+    // go to the writer a slice at a time, so the flush never holds a sorted copy of
+    // the whole batch beside it.
+    let order = match dedup::key_indices(table, &batch.schema()) {
+        Some(keys) => Sorted::Dedup(dedup::DedupOrder::new(batch, &keys)?, keys),
+        None => time_order(table, batch)?,
     };
-    let mut buf = Vec::with_capacity(sorted.get_array_memory_size() / 4 + 1024);
+    let rows = order.len();
+    let mut buf = Vec::with_capacity(batch.get_array_memory_size() / 8 + 1024);
+    let mut stats = StatsAccumulator::new(batch.schema())?;
     {
         let mut w = ArrowWriter::try_new(
             &mut buf,
-            sorted.schema(),
-            Some(writer_props(
-                table,
-                FLUSH_ZSTD_LEVEL,
-                sorted.num_rows() as u64,
-            )),
+            batch.schema(),
+            Some(writer_props(table, FLUSH_ZSTD_LEVEL, rows as u64)),
         )?;
-        w.write(&sorted)?;
+        for at in (0..rows).step_by(WRITE_SLICE_ROWS) {
+            let slice = order.take(batch, at..(at + WRITE_SLICE_ROWS).min(rows))?;
+            stats.update(&slice)?;
+            w.write(&slice)?;
+        }
         w.close()?;
     }
     let path = file_path(db, table.id, chunk_start, file_id);
@@ -231,9 +266,9 @@ pub async fn write_chunk_file(
     // Rows cut into chunks before a chunk-interval change can reach past the current
     // interval: record the wider end so drop_chunks never drops newer rows with them.
     let chunk_end = match (table.time_index(), table.chunk_interval_micros) {
-        (Some(i), Some(iv)) if sorted.num_rows() > 0 => {
+        (Some(i), Some(iv)) if rows > 0 => {
             let micros = arrow::compute::cast(
-                sorted.column(i),
+                batch.column(i),
                 &arrow::datatypes::DataType::Timestamp(
                     arrow::datatypes::TimeUnit::Microsecond,
                     None,
@@ -251,9 +286,9 @@ pub async fn write_chunk_file(
         id: file_id,
         chunk_start,
         path: path.to_string(),
-        rows: sorted.num_rows() as u64,
+        rows: rows as u64,
         bytes,
-        stats: column_stats(&sorted)?,
+        stats: stats.finish()?,
     })
 }
 
@@ -347,31 +382,6 @@ fn scalar_text(value: datafusion::common::ScalarValue, dt: &DataType) -> Result<
     Ok(s)
 }
 
-/// Min, max and null count of every column (min/max left out where unsupported).
-pub fn column_stats(batch: &RecordBatch) -> Result<Vec<ColumnStats>> {
-    let schema = batch.schema();
-    let mut out = Vec::with_capacity(schema.fields().len());
-    for (i, f) in schema.fields().iter().enumerate() {
-        let col = batch.column(i);
-        let (min, max) = if stats_supported(f.data_type()) {
-            (
-                extreme(col, f.data_type(), true)?,
-                extreme(col, f.data_type(), false)?,
-            )
-        } else {
-            (None, None)
-        };
-        out.push(ColumnStats {
-            column: f.name().clone(),
-            min,
-            max,
-            null_count: Some(col.null_count() as u64),
-            sum: float_sum(col).map(|v| format!("{v:e}")),
-        });
-    }
-    Ok(out)
-}
-
 /// The sum of a float8 column's non-NULL values; `None` for other columns and when
 /// every value is NULL.
 fn float_sum(col: &ArrayRef) -> Option<f64> {
@@ -395,35 +405,6 @@ pub fn stats_supported(dt: &DataType) -> bool {
             | DataType::Date32
             | DataType::Timestamp(_, _)
     )
-}
-
-fn extreme(col: &ArrayRef, dt: &DataType, min: bool) -> Result<Option<String>> {
-    let value = if min {
-        let mut acc = MinAccumulator::try_new(dt)?;
-        acc.update_batch(std::slice::from_ref(col))?;
-        acc.evaluate()?
-    } else {
-        let mut acc = MaxAccumulator::try_new(dt)?;
-        acc.update_batch(std::slice::from_ref(col))?;
-        acc.evaluate()?
-    };
-    if value.is_null() {
-        return Ok(None);
-    }
-    if let (DataType::Float32 | DataType::Float64, Ok(v)) = (dt, value.to_array()) {
-        // NaN sorts above everything in Arrow but not in SQL comparisons: no stats then.
-        let s = cast(&v, &DataType::Utf8)?;
-        let s = s
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .map(|a| a.value(0).to_string());
-        return Ok(s.filter(|s| !s.eq_ignore_ascii_case("nan")));
-    }
-    let arr = value.to_array()?;
-    let s = cast(&arr, &DataType::Utf8)?;
-    Ok(s.as_any()
-        .downcast_ref::<StringArray>()
-        .map(|a| a.value(0).to_string()))
 }
 
 /// Turns stored min/max strings back into an array of the column's type.

@@ -68,7 +68,10 @@ struct MemState {
     active: HashMap<u64, ChunkBatches>,
     /// Being written to Parquet; still visible to queries until the catalog has the files.
     frozen: Option<Arc<HashMap<u64, ChunkBatches>>>,
+    /// Bytes of `active`.
     bytes: usize,
+    /// Bytes of `frozen`: still held until its files are in the catalog.
+    frozen_bytes: usize,
     oldest: Option<Instant>,
 }
 
@@ -152,10 +155,7 @@ impl WriteService {
             .map(|(start, b)| Ok((start, MemBatch::new(table, b)?)))
             .collect::<Result<Vec<_>>>()?;
         let payload = encode_payload(table.id, &batch)?;
-        while self.mem.read().bytes > self.flush_size.saturating_mul(2) {
-            self.notify.notify_one();
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.wait_for_memtable_room().await;
         {
             let _g = self.gate.read().await;
             self.wal.append(&payload).await?;
@@ -194,10 +194,7 @@ impl WriteService {
                 .collect::<Result<Vec<_>>>()?;
             parts.push((table.id, p));
         }
-        while self.mem.read().bytes > self.flush_size.saturating_mul(2) {
-            self.notify.notify_one();
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.wait_for_memtable_room().await;
         {
             let _g = self.gate.read().await;
             self.wal.append(&payload).await?;
@@ -218,6 +215,22 @@ impl WriteService {
     pub fn commit_files(&self, changes: &[crate::catalog::FilesChange]) -> Result<()> {
         let _v = self.visibility.write();
         self.catalog.commit_files(changes)
+    }
+
+    /// Back-pressure: while memtables, the one being flushed included, hold twice the
+    /// flush size (their part of the memory budget), writers wait for the flush.
+    async fn wait_for_memtable_room(&self) {
+        let cap = self.flush_size.saturating_mul(2);
+        loop {
+            {
+                let mem = self.mem.read();
+                if mem.bytes + mem.frozen_bytes <= cap {
+                    return;
+                }
+            }
+            self.notify.notify_one();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     fn insert_mem(&self, table_id: u64, parts: Vec<(i64, MemBatch)>) {
@@ -315,6 +328,12 @@ impl WriteService {
         mem.active.remove(&table_id);
     }
 
+    /// Bytes held by memtables, the one being flushed included.
+    pub fn memtable_bytes(&self) -> usize {
+        let mem = self.mem.read();
+        mem.bytes + mem.frozen_bytes
+    }
+
     /// Whether a size or age bound says it is time to flush.
     pub fn should_flush(&self) -> bool {
         let mem = self.mem.read();
@@ -337,6 +356,7 @@ impl WriteService {
             }
             let frozen = Arc::new(std::mem::take(&mut mem.active));
             mem.frozen = Some(frozen.clone());
+            mem.frozen_bytes = mem.bytes;
             mem.bytes = 0;
             mem.oldest = None;
             (frozen, self.wal.last_seq())
@@ -353,6 +373,7 @@ impl WriteService {
                 *self.last_error.lock() = Some(e.to_string());
                 let mut mem = self.mem.write();
                 let frozen = mem.frozen.take();
+                mem.frozen_bytes = 0;
                 if let Some(f) = frozen {
                     for (tid, chunks) in f.iter() {
                         let dst = mem.active.entry(*tid).or_default();
@@ -415,7 +436,9 @@ impl WriteService {
         {
             let _v = self.visibility.write();
             self.catalog.add_files(new_files, seq)?;
-            self.mem.write().frozen = None;
+            let mut mem = self.mem.write();
+            mem.frozen = None;
+            mem.frozen_bytes = 0;
         }
         self.stats.flushes.fetch_add(1, Ordering::Relaxed);
         self.stats

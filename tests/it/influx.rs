@@ -17,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Row, SimpleQueryMessage};
 
-use crate::harness::{Addrs, TestServer, text_rows};
+use crate::harness::{Addrs, TestServer, cells, text_rows};
 
 // ---------------------------------------------------------------------------
 // HTTP helpers
@@ -1169,6 +1169,78 @@ async fn duplicate_points_merge_field_wise_last_write_wins() {
     .collect();
     assert_eq!(files, vec![4], "one file, one row per point");
     assert_eq!(dd_rows(&client).await, want, "after compaction");
+}
+
+/// Compaction merges a chunk's files in rounds within `compaction_memory`: 40
+/// flushed files of one chunk (5,000 points each, the same points every time) under a
+/// 4 MiB budget, where one pass over all of them holds a batch of every file at once
+/// (about 24 MB), become one file with every point once: each field keeps its last
+/// written value, a field written only in the first file survives every round.
+#[tokio::test]
+async fn compaction_merges_many_files_in_rounds_within_its_budget() {
+    let server = TestServer::start_with_args(&["--compaction-memory", "4MiB"], &[]);
+    let url = server.http_url("/write?db=rounds&precision=s");
+    const FILES: usize = 40;
+    const POINTS: usize = 5000;
+    let client = server.connect("sundial").await;
+    for file in 0..FILES {
+        let mut body = String::with_capacity(POINTS * 120);
+        for p in 0..POINTS {
+            let fields: Vec<String> = (0..10).map(|f| format!("f{f}={}", file * 10 + f)).collect();
+            let first = if file == 0 { ",g=7i" } else { "" };
+            body.push_str(&format!(
+                "m,host=h{} {}{first} {}\n",
+                p % 50,
+                fields.join(","),
+                1_700_000_000 + (p / 50) as i64
+            ));
+        }
+        write_ok(&url, &body).await;
+        client
+            .batch_execute("SELECT sundial_flush()")
+            .await
+            .expect("flush");
+    }
+    let db = server.connect("rounds").await;
+    // (The background compactor may have begun meanwhile: it merges the same way.)
+    text_rows(&db, "SELECT sundial_compact()").await;
+    let after = text_rows(
+        &db,
+        "SELECT count(*), sum(row_count) FROM sundial_chunk_files WHERE hypertable_name = 'm'",
+    )
+    .await;
+    assert_eq!(
+        after,
+        vec![vec![Some("1".to_string()), Some(POINTS.to_string())]],
+        "one file, one row per point"
+    );
+    let last = (FILES - 1) * 10;
+    let values = text_rows(
+        &db,
+        "SELECT count(*), min(f0), max(f0), min(f9), max(f9), min(g), max(g), count(g) FROM m",
+    )
+    .await;
+    assert_eq!(
+        cells(values),
+        vec![vec![
+            POINTS.to_string(),
+            last.to_string(),
+            last.to_string(),
+            (last + 9).to_string(),
+            (last + 9).to_string(),
+            "7".to_string(),
+            "7".to_string(),
+            POINTS.to_string(),
+        ]],
+        "the last write of every field, and the field only the first file had"
+    );
+    // Each merge takes two files (a file's share of the budget is over half of it),
+    // so the 40 files took 39 merges; one pass would have been one.
+    let metrics = get(&server.http_url("/metrics")).await.body;
+    assert!(
+        metrics.contains(&format!("sundial_compaction_merges_total {}", FILES - 1)),
+        "{metrics}"
+    );
 }
 
 // ---------------------------------------------------------------------------

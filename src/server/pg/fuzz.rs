@@ -78,3 +78,26 @@ fn quietly<T>(f: impl FnOnce() -> T) -> Option<T> {
     std::panic::set_hook(hook);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every input a fuzz run found slow (kept in `fuzz/slow-inputs/`) runs through
+    /// the target to its end: a hang here is a test timeout.
+    #[test]
+    fn inputs_fuzzing_found_slow_finish() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/slow-inputs");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).expect("fuzz/slow-inputs is readable") {
+            let path = entry.expect("a directory entry").path();
+            let data = std::fs::read(&path).expect("a slow input is readable");
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.starts_with("pg_messages") {
+                super::frontend(&data);
+            } else if name.starts_with("sql_front_door") {
+                crate::sql::front_door(&String::from_utf8_lossy(&data));
+            }
+            n += 1;
+        }
+        assert!(n > 0, "no slow inputs in {}", dir.display());
+    }
+}
