@@ -158,8 +158,10 @@ impl Engine {
             tracing::info!(records = n_records, rows, "replayed WAL");
         }
         let store_url = ObjectStoreUrl::parse(STORE_URL)?;
+        // The queries' part of the budget holds the derived-rows cache and the pool.
+        let derived = DerivedRows::share_of(config.query_memory_limit);
         let runtime = RuntimeEnvBuilder::new()
-            .with_memory_limit(config.query_memory_limit as usize, 1.0)
+            .with_memory_limit((config.query_memory_limit - derived) as usize, 1.0)
             .build_arc()?;
         let compaction_runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(config.compaction_memory as usize, 1.0)
@@ -180,7 +182,7 @@ impl Engine {
             compact_lock: tokio::sync::Mutex::new(()),
             jobs: Default::default(),
             file_stats: Default::default(),
-            derived_rows: Default::default(),
+            derived_rows: Arc::new(DerivedRows::with_limit(derived as usize)),
             shared: Default::default(),
             background: Background::new(CancellationToken::new()),
             _lock: lock,

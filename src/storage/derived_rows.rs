@@ -8,13 +8,21 @@ use std::collections::HashMap;
 use arrow::array::RecordBatch;
 use parking_lot::Mutex;
 
-/// Memory the kept rows may take; past it the cache starts over.
+/// The most memory the kept rows may take, whatever the budget.
 const MAX_BYTES: usize = 256 * 1024 * 1024;
 
 /// Derived rows per (file path, what was derived).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct DerivedRows {
     inner: Mutex<Inner>,
+    /// Memory the kept rows may take; past it the cache starts over.
+    limit: usize,
+}
+
+impl Default for DerivedRows {
+    fn default() -> Self {
+        DerivedRows::with_limit(MAX_BYTES)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -24,6 +32,19 @@ struct Inner {
 }
 
 impl DerivedRows {
+    /// A cache whose rows take at most `limit` bytes (and never over 256 MiB).
+    pub fn with_limit(limit: usize) -> DerivedRows {
+        DerivedRows {
+            inner: Mutex::default(),
+            limit: limit.min(MAX_BYTES),
+        }
+    }
+
+    /// The cache's part of the queries' memory: an eighth, at most 256 MiB.
+    pub fn share_of(query_memory: u64) -> u64 {
+        (query_memory / 8).min(MAX_BYTES as u64)
+    }
+
     /// The rows kept for `path` under `what`, if any.
     pub fn get(&self, path: &str, what: &str) -> Option<RecordBatch> {
         self.inner
@@ -45,7 +66,7 @@ impl DerivedRows {
     pub fn insert(&self, path: &str, what: &str, rows: RecordBatch) {
         let size = rows.get_array_memory_size();
         let mut g = self.inner.lock();
-        if g.bytes + size > MAX_BYTES {
+        if g.bytes + size > self.limit {
             g.entries.clear();
             g.bytes = 0;
         }

@@ -136,6 +136,42 @@ async fn cancel_stops_a_query_that_computes_without_pause() {
     alive(&server).await;
 }
 
+/// Joins are wrapped in DataFusion's `CooperativeExec`, so the task computing a
+/// cross join yields every few batches and a cancel or timeout takes effect at once
+/// (without it, an aggregate over a cross join ran on for seconds after the cancel:
+/// BENCHMARKS.md, "CPU after a cancel").
+#[tokio::test]
+async fn joins_yield_so_a_canceled_statement_stops_computing() {
+    let server = TestServer::start();
+    let client = server.connect("sundial").await;
+    let plan = text_rows(
+        &client,
+        "EXPLAIN SELECT count(*) FROM generate_series(1, 10) a, generate_series(1, 10) b",
+    )
+    .await;
+    let text: Vec<String> = plan.into_iter().flatten().flatten().collect();
+    let physical = text.join("\n");
+    let lines: Vec<&str> = physical.lines().map(str::trim).collect();
+    let join = lines
+        .iter()
+        .position(|l| l.starts_with("CrossJoinExec"))
+        .unwrap_or_else(|| panic!("no CrossJoinExec in {physical}"));
+    assert!(
+        join > 0 && lines[join - 1].starts_with("CooperativeExec"),
+        "the join is not under a CooperativeExec: {physical}"
+    );
+    assert_eq!(
+        cells(
+            text_rows(
+                &client,
+                "SELECT count(*) FROM generate_series(1, 300) a, generate_series(1, 300) b"
+            )
+            .await
+        ),
+        vec![vec!["90000"]]
+    );
+}
+
 /// Other clients are served while a long query runs, and their connections coming
 /// and going do not lose the long query's cancel key (every connection used to get
 /// the same backend pid, so the last one to close dropped the others' keys).
