@@ -20,7 +20,7 @@ pub const USER_MARK: &str = "_sundial_user";
 /// and MOVE statements written as marked FETCHes. SQL that does not tokenize is
 /// returned unchanged (the parser reports the error).
 pub fn rewrite(sql: &str) -> String {
-    let sql = &users(&moves(sql));
+    let sql = &negative_limits(&users(&moves(sql)));
     let lower = sql.to_ascii_lowercase();
     if !(lower.contains("create") && lower.contains("with")) {
         return sql.to_string();
@@ -110,6 +110,43 @@ fn moves(sql: &str) -> String {
     }
     apply(sql, edits)
 }
+
+/// `CONNECTION LIMIT -N` (PostgreSQL's -1 is "no limit"): sqlparser reads only an
+/// unsigned number there, so the count becomes [`NEGATIVE_LIMIT`] + N, which
+/// `sql::roles` reads back as -N.
+fn negative_limits(sql: &str) -> String {
+    if !sql.to_ascii_lowercase().contains("connection") {
+        return sql.to_string();
+    }
+    let Some(tokens) = significant_tokens(sql) else {
+        return sql.to_string();
+    };
+    let offsets = LineIndex::new(sql);
+    let mut edits: Vec<(usize, usize, String)> = vec![];
+    for w in tokens.windows(4) {
+        let (Token::Minus, Token::Number(n, _)) = (&w[2].token, &w[3].token) else {
+            continue;
+        };
+        if !(is_kw(&w[0].token, "connection") && is_kw(&w[1].token, "limit")) {
+            continue;
+        }
+        let Ok(n) = n.parse::<u32>() else {
+            continue;
+        };
+        let (Some(from), Some(to)) = (
+            offsets.offset(&w[2].span.start),
+            offsets.offset(&w[3].span.end),
+        ) else {
+            return sql.to_string();
+        };
+        edits.push((from, to, (NEGATIVE_LIMIT + u64::from(n)).to_string()));
+    }
+    apply(sql, edits)
+}
+
+/// What `CONNECTION LIMIT -N` becomes for the parser: this plus N (no real limit
+/// is that large: PostgreSQL's is an int4).
+pub const NEGATIVE_LIMIT: u64 = 1 << 40;
 
 /// The tokens of `sql` without whitespace (`None`: it does not tokenize).
 fn significant_tokens(sql: &str) -> Option<Vec<TokenWithSpan>> {

@@ -213,7 +213,16 @@ fn options_of(options: &[RoleOption]) -> Result<RoleOptions> {
             RoleOption::CreateRole(v) => o.create_role = Some(*v),
             // Accepted and without effect here: no inheritance, replication or RLS.
             RoleOption::Inherit(_) | RoleOption::Replication(_) | RoleOption::BypassRLS(_) => {}
-            RoleOption::ConnectionLimit(e) => o.conn_limit = Some(int_of(e)?),
+            RoleOption::ConnectionLimit(e) => {
+                let n = int_of(e)?;
+                if n < -1 {
+                    return Err(Error::sql(
+                        "22023",
+                        format!("invalid connection limit: {n}"),
+                    ));
+                }
+                o.conn_limit = Some(n);
+            }
             RoleOption::Password(Password::NullPassword) => o.password = Some(None),
             RoleOption::Password(Password::Password(e)) => {
                 let p = string_of(e)
@@ -252,7 +261,13 @@ fn int_of(e: &Expr) -> Result<i32> {
     let bad = || Error::sql("42601", format!("CONNECTION LIMIT {e} is not an integer"));
     match e {
         Expr::Value(v) => match &v.value {
-            Value::Number(n, _) => n.parse().map_err(|_| bad()),
+            // `-N`, as the pre-pass hands it over.
+            Value::Number(n, _) => match n.parse::<u64>() {
+                Ok(v) if v >= prepass::NEGATIVE_LIMIT => i32::try_from(v - prepass::NEGATIVE_LIMIT)
+                    .map(|v| -v)
+                    .map_err(|_| bad()),
+                _ => n.parse().map_err(|_| bad()),
+            },
             _ => Err(bad()),
         },
         Expr::UnaryOp {

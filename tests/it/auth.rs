@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{TestServer, spawn_with_args};
+use crate::harness::{TestServer, cells, spawn_with_args, text_rows};
 
 const PASSWORD: &str = "correct horse";
 
@@ -155,13 +155,37 @@ async fn check_roles_and_logins(srv: &TestServer) {
         "53300"
     );
     drop(second);
+    // -1 is PostgreSQL's "no limit"; below it is 22023.
     admin
-        .batch_execute("ALTER ROLE reader CONNECTION LIMIT 100")
+        .batch_execute("ALTER ROLE reader CONNECTION LIMIT -1")
         .await
         .expect("no limit");
     connect(srv, "reader", "r-pass-2", "sundial")
         .await
         .expect("third session");
+    assert_eq!(
+        cells(
+            text_rows(
+                &admin,
+                "SELECT rolconnlimit FROM pg_roles WHERE rolname = 'reader'"
+            )
+            .await
+        ),
+        vec![vec!["-1"]]
+    );
+    let e = admin
+        .batch_execute("CREATE ROLE limited LOGIN CONNECTION LIMIT -2")
+        .await
+        .err();
+    assert_eq!(
+        e.as_ref().and_then(|e| e.code()).map(|c| c.code()),
+        Some("22023"),
+        "{e:?}"
+    );
+    admin
+        .batch_execute("CREATE ROLE unlimited WITH LOGIN CONNECTION LIMIT -1 PASSWORD 'u'")
+        .await
+        .expect("CONNECTION LIMIT -1 in CREATE ROLE");
 
     assert_eq!(login_error(srv, "group_only", "", "sundial").await, "28P01");
     admin
