@@ -370,6 +370,27 @@ impl Raw {
             .expect("read a backend message")
     }
 
+    /// Messages up to ReadyForQuery, or up to the end of the stream (after a FATAL).
+    async fn until_error_or_ready(&mut self) -> Vec<(u8, Vec<u8>)> {
+        let mut out = Vec::new();
+        loop {
+            let mut head = [0u8; 5];
+            if self.s.read_exact(&mut head).await.is_err() {
+                return out;
+            }
+            let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            let mut body = vec![0u8; len.saturating_sub(4)];
+            if self.s.read_exact(&mut body).await.is_err() {
+                return out;
+            }
+            let done = head[0] == b'Z';
+            out.push((head[0], body));
+            if done {
+                return out;
+            }
+        }
+    }
+
     async fn until_ready(&mut self) -> Vec<(u8, Vec<u8>)> {
         let mut out = Vec::new();
         loop {
@@ -681,5 +702,81 @@ async fn malformed_messages_get_08p01_and_the_server_keeps_serving() {
         assert_eq!(n, 0, "nothing after the FATAL error: {rest:?}");
     }
     let mut raw = Raw::startup(&server.pg_addr, "sundial").await;
+    assert_eq!(raw.simple("SELECT 41 + 1").await, vec![Some("42".into())]);
+}
+
+/// A Bind whose format codes do not match its parameters or the query's columns
+/// (neither 0, 1 nor one each) gets PostgreSQL's 08P01, not a panic: pgwire read the
+/// codes by position (found by the `pg_messages` fuzz target).
+#[tokio::test]
+async fn bind_format_codes_that_do_not_match_get_08p01() {
+    let server = TestServer::start();
+    let parse = |sql: &str| {
+        let mut b = cstr("");
+        b.extend(cstr(sql));
+        b.extend(0i16.to_be_bytes());
+        b
+    };
+    // Bind: unnamed portal and statement, `formats` parameter codes, `params` text
+    // values "1", then `results` result codes (all text).
+    let bind = |formats: i16, params: i16, results: i16| {
+        let mut b = cstr("");
+        b.extend(cstr(""));
+        b.extend(formats.to_be_bytes());
+        for _ in 0..formats {
+            b.extend(0i16.to_be_bytes());
+        }
+        b.extend(params.to_be_bytes());
+        for _ in 0..params {
+            b.extend(1i32.to_be_bytes());
+            b.push(b'1');
+        }
+        b.extend(results.to_be_bytes());
+        for _ in 0..results {
+            b.extend(0i16.to_be_bytes());
+        }
+        b
+    };
+    let execute = {
+        let mut b = cstr("");
+        b.extend(0i32.to_be_bytes());
+        b
+    };
+
+    // Two parameter formats for three parameters: FATAL 08P01, connection closed.
+    let mut raw = Raw::startup(&server.pg_addr, "sundial").await;
+    raw.send(b'P', &parse("SELECT $1::int + $2::int + $3::int"))
+        .await;
+    raw.send(b'B', &bind(2, 3, 0)).await;
+    raw.send(b'S', &[]).await;
+    let msgs = raw.until_error_or_ready().await;
+    let (_, body) = msgs
+        .iter()
+        .find(|(t, _)| *t == b'E')
+        .unwrap_or_else(|| panic!("no error: {msgs:?}"));
+    assert_eq!(error_code(body), "08P01");
+    assert!(
+        String::from_utf8_lossy(body).contains("2 parameter formats but 3 parameters"),
+        "{}",
+        String::from_utf8_lossy(body)
+    );
+
+    // Two result formats for a one-column query: an error, the session goes on.
+    let mut raw = Raw::startup(&server.pg_addr, "sundial").await;
+    raw.send(b'P', &parse("SELECT 42")).await;
+    raw.send(b'B', &bind(0, 0, 2)).await;
+    raw.send(b'E', &execute).await;
+    raw.send(b'S', &[]).await;
+    let msgs = raw.until_ready().await;
+    let (_, body) = msgs
+        .iter()
+        .find(|(t, _)| *t == b'E')
+        .unwrap_or_else(|| panic!("no error: {msgs:?}"));
+    assert_eq!(error_code(body), "08P01");
+    assert!(
+        String::from_utf8_lossy(body).contains("2 result formats but query has 1 columns"),
+        "{}",
+        String::from_utf8_lossy(body)
+    );
     assert_eq!(raw.simple("SELECT 41 + 1").await, vec![Some("42".into())]);
 }

@@ -73,6 +73,11 @@ pub(super) async fn serve(
         };
         match &msg {
             PgWireFrontendMessage::Terminate(_) => return Ok(()),
+            // pgwire reads a parameter's format code by its position: a count other
+            // than 0, 1 or one per parameter must not get that far.
+            PgWireFrontendMessage::Bind(b) if let Some(text) = bad_bind(b) => {
+                return fatal(&mut socket, "08P01", text).await;
+            }
             PgWireFrontendMessage::Startup(_) if slot.is_none() => {
                 return fatal(
                     &mut socket,
@@ -166,4 +171,16 @@ where
         .send(PgWireBackendMessage::ErrorResponse(info.into()))
         .await?;
     socket.close().await
+}
+
+/// PostgreSQL's error for a Bind whose parameter format codes are neither 0, 1 nor
+/// one per parameter (pgwire would index past them).
+pub(super) fn bad_bind(b: &pgwire::messages::extendedquery::Bind) -> Option<String> {
+    let codes = b.parameter_format_codes.len();
+    (codes > 1 && codes != b.parameters.len()).then(|| {
+        format!(
+            "bind message has {codes} parameter formats but {} parameters",
+            b.parameters.len()
+        )
+    })
 }

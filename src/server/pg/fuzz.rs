@@ -45,6 +45,8 @@ pub fn frontend(data: &[u8]) {
                 crate::sql::front_door(&p.query);
                 declared = p.type_oids.iter().map(|o| Type::from_oid(*o)).collect();
             }
+            // The connection refuses these before anything reads the codes.
+            PgWireFrontendMessage::Bind(b) if super::conn::bad_bind(&b).is_some() => {}
             PgWireFrontendMessage::Bind(b) => {
                 let stmt = StoredStatement::new(String::new(), (), declared.clone());
                 let Ok(portal) = Portal::try_new(&b, Arc::new(stmt)) else {

@@ -360,6 +360,20 @@ fn tag_of(tag: &str) -> Tag {
 }
 
 fn fields_for(schema: &SchemaRef, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
+    // pgwire indexes the codes by column: a Bind with some but not all of them is
+    // the client's protocol error (PostgreSQL's message), not a panic.
+    if let Format::Individual(codes) = format
+        && codes.len() != schema.fields().len()
+    {
+        return Err(to_pg(Error::sql(
+            "08P01",
+            format!(
+                "bind message has {} result formats but query has {} columns",
+                codes.len(),
+                schema.fields().len()
+            ),
+        )));
+    }
     arrow_schema_to_pg_fields(&catalog_types(schema), format, None)
 }
 
