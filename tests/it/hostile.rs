@@ -460,3 +460,56 @@ async fn database_names_never_become_paths() {
         );
     }
 }
+
+/// Functions whose result a client sizes with a number or a pattern are checked
+/// before they build it: a value over 1 GB is PostgreSQL's 54000, a batch of values
+/// the statement's memory budget cannot hold is 53200 (a 2 GB `replace` took 7.7 GB
+/// of RSS, and a batch of a hundred 40 MB `repeat`s panicked a string builder, which
+/// the client saw as "0 rows"). Results that fit are still computed exactly.
+#[tokio::test]
+async fn functions_that_multiply_their_input_are_bounded() {
+    let server = TestServer::start_with_args(&["--query-memory-limit", "512MiB"], &[]);
+    let client = server.connect("sundial").await;
+    for (sql, want) in [
+        (
+            "SELECT length(replace(repeat('x', 100000), 'x', repeat('y', 20000)))",
+            "54000",
+        ),
+        (
+            "SELECT length(regexp_replace(repeat('x', 100000), '', repeat('y', 20000), 'g'))",
+            "54000",
+        ),
+        ("SELECT cardinality(range(1, 300000000))", "54000"),
+        ("SELECT cardinality(array_repeat(1, 300000000))", "54000"),
+        (
+            "SELECT count(*) FROM (SELECT generate_series(1, 300000000) AS x) s",
+            "54000",
+        ),
+        (
+            "SELECT sum(length(repeat(x::text, 20000000))) FROM generate_series(1, 100) x",
+            "53200",
+        ),
+        (
+            "SELECT sum(length(replace(repeat('x', 100000), 'x', repeat(x::text, 2000)))) \
+             FROM generate_series(1, 100) x",
+            "53200",
+        ),
+    ] {
+        let e = client.simple_query(sql).await.err();
+        assert_eq!(e.as_ref().and_then(code), Some(want), "{sql}: {e:?}");
+    }
+    // Bounds that are only upper bounds are measured before refusing.
+    let rows = cells(
+        text_rows(
+            &client,
+            "SELECT length(replace(repeat('ab', 1000000), 'a', 'xyz')), \
+             length(regexp_replace(repeat('ab', 500000), 'b', 'cc', 'g')), \
+             length(replace('abc', '', 'X')), \
+             (SELECT count(*) FROM (SELECT generate_series('2020-01-01'::timestamp, \
+              '2020-02-01'::timestamp, interval '1 hour')) s)",
+        )
+        .await,
+    );
+    assert_eq!(rows, vec![vec!["4000000", "1500000", "3", "745"]]);
+    alive(&server).await;
+}

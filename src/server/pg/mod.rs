@@ -568,6 +568,14 @@ fn canceled(timed_out: &std::sync::atomic::AtomicBool) -> Error {
     }
 }
 
+/// The error a statement gets when an operator computing its rows panics (XX000).
+fn operator_panicked() -> datafusion::error::DataFusionError {
+    tracing::error!("an operator panicked while computing a statement's rows");
+    datafusion::error::DataFusionError::Execution(
+        "internal error: the statement failed unexpectedly while computing its rows".into(),
+    )
+}
+
 /// A task aborted when its handle is dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -588,7 +596,21 @@ fn detached(
     let (tx, rx) = tokio::sync::mpsc::channel(2);
     let task = crate::query::runtime::handle().spawn(async move {
         let mut stream = stream;
-        while let Some(r) = stream.next().await {
+        loop {
+            // A panic inside an operator must reach the client as an error: the
+            // closed channel would otherwise read as the end of the rows, and an
+            // aggregate over them would answer "0 rows".
+            let r = match std::panic::AssertUnwindSafe(stream.next())
+                .catch_unwind()
+                .await
+            {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(_) => {
+                    let _ = tx.send(Err(operator_panicked())).await;
+                    break;
+                }
+            };
             if tx.send(r).await.is_err() {
                 break;
             }
@@ -721,9 +743,10 @@ async fn run_simple(c: Arc<Conn>, query: String) -> PgWireResult<Vec<Response>> 
         let res = match res {
             Ok(sql::Output::Rows(schema, stream)) if implicit => {
                 use futures::TryStreamExt;
-                stream
-                    .try_collect::<Vec<_>>()
+                std::panic::AssertUnwindSafe(stream.try_collect::<Vec<_>>())
+                    .catch_unwind()
                     .await
+                    .unwrap_or_else(|_| Err(operator_panicked()))
                     .map_err(Error::from)
                     .map(|batches| {
                         let again =

@@ -1,13 +1,15 @@
-//! PostgreSQL's limit on one value (1 GB) for the string functions whose result a
-//! client sizes with a number: `repeat`, `lpad`, `rpad`. Past it the answer is 54000
-//! "requested length too large", as in PostgreSQL, before anything is allocated
-//! (`length(repeat('x', 1500000000))` used to take 8 GB).
+//! Size checks for the functions whose result a client sizes with a number or a
+//! pattern: `repeat`, `lpad`, `rpad`, `replace`, `regexp_replace`, `array_repeat`,
+//! `range` and `generate_series` (the array form). Each is checked before it
+//! allocates: a value over PostgreSQL's 1 GB limit is 54000 "requested length too
+//! large", and a batch of results the statement's memory pool cannot hold is 53200.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, FieldRef, Int64Type};
+use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::datatypes::{DataType, FieldRef, Int64Type, IntervalMonthDayNanoType, TimeUnit};
 use datafusion::error::Result;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
 use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
 };
@@ -19,6 +21,10 @@ use super::sql_error;
 const MAX_VALUE_BYTES: i64 = 0x3fff_ffff;
 /// Bytes a character may take (UTF-8), which PostgreSQL's padding check assumes.
 const MAX_CHAR_BYTES: i64 = 4;
+/// A row whose bound passes this is measured exactly (matches counted).
+const MEASURE_ABOVE: i64 = 1 << 20;
+/// Bytes an element of a built array takes at least (an int8, a timestamp).
+const ELEMENT_BYTES: i64 = 8;
 
 /// How a function's result size follows from its arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -27,13 +33,23 @@ enum Sizing {
     Repeat,
     /// `lpad(s, n [, fill])` / `rpad`: `n` characters.
     Pad,
+    /// `replace(s, from, to)`: `s` with each `from` grown to `to`.
+    Replace,
+    /// `regexp_replace(s, pattern, replacement [, flags])`.
+    RegexpReplace,
+    /// `array_repeat(element, n)`: `n` elements.
+    ArrayRepeat,
+    /// `range(start, stop [, step])` / `generate_series`: one element per step.
+    Series,
 }
 
-/// A built-in string function that checks the size of what it is asked to build.
+/// A built-in function that checks the size of what it is asked to build.
 #[derive(Debug)]
 struct Guarded {
     inner: Arc<ScalarUDF>,
     sizing: Sizing,
+    /// The statement's memory pool (the engine's query pool).
+    pool: Arc<dyn MemoryPool>,
 }
 
 impl PartialEq for Guarded {
@@ -51,55 +67,278 @@ impl std::hash::Hash for Guarded {
     }
 }
 
+/// Argument `i` as an array of `rows` values cast to `ty` (None when absent).
+fn arg(args: &ScalarFunctionArgs, i: usize, ty: &DataType) -> Result<Option<ArrayRef>> {
+    match args.args.get(i) {
+        Some(a) => Ok(Some(arrow::compute::cast(
+            &a.to_array(args.number_rows)?,
+            ty,
+        )?)),
+        None => Ok(None),
+    }
+}
+
+/// Byte lengths of a string argument (as int8).
+fn lengths(args: &ScalarFunctionArgs, i: usize) -> Result<Option<ArrayRef>> {
+    match args.args.get(i) {
+        Some(a) => {
+            let lens = arrow::compute::kernels::length::length(&a.to_array(args.number_rows)?)?;
+            Ok(Some(arrow::compute::cast(&lens, &DataType::Int64)?))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Value `row` of an int8 array; None for NULL or a missing argument.
+fn int(a: &Option<ArrayRef>, row: usize) -> Option<i64> {
+    let a = a.as_ref()?.as_primitive_opt::<Int64Type>()?;
+    (row < a.len() && a.is_valid(row)).then(|| a.value(row))
+}
+
+/// Value `row` of a string (Utf8View) array.
+fn text(a: &Option<ArrayRef>, row: usize) -> Option<&str> {
+    let a = a.as_ref()?.as_string_view_opt()?;
+    (row < a.len() && a.is_valid(row)).then(|| a.value(row))
+}
+
 impl Guarded {
-    /// Errors when a row's result would pass [`MAX_VALUE_BYTES`].
+    /// The bytes each row's result takes (an upper bound; None for a NULL result),
+    /// erroring when one passes [`MAX_VALUE_BYTES`].
+    fn row_bytes(&self, args: &ScalarFunctionArgs) -> Result<Vec<Option<i64>>> {
+        let rows = args.number_rows;
+        let mut out = Vec::with_capacity(rows);
+        match self.sizing {
+            Sizing::Repeat => {
+                let (lens, counts) = (lengths(args, 0)?, arg(args, 1, &DataType::Int64)?);
+                for r in 0..rows {
+                    out.push(
+                        int(&lens, r)
+                            .zip(int(&counts, r))
+                            .map(|(l, n)| l.saturating_mul(n.max(0))),
+                    );
+                }
+            }
+            Sizing::Pad => {
+                let counts = arg(args, 1, &DataType::Int64)?;
+                for r in 0..rows {
+                    let n = int(&counts, r);
+                    // PostgreSQL refuses a padded length of over 1 GB / 4 characters.
+                    if n.is_some_and(|n| n.saturating_mul(MAX_CHAR_BYTES) > MAX_VALUE_BYTES) {
+                        return Err(too_large());
+                    }
+                    out.push(n.map(|n| n.max(0)));
+                }
+            }
+            Sizing::Replace => {
+                let [s, from, to] = [0, 1, 2].map(|i| lengths(args, i));
+                let (s, from, to) = (s?, from?, to?);
+                let mut texts = None;
+                for r in 0..rows {
+                    let (Some(l), Some(f), Some(t)) = (int(&s, r), int(&from, r), int(&to, r))
+                    else {
+                        out.push(None);
+                        continue;
+                    };
+                    let mut bytes = match f {
+                        // An empty `from` leaves the text as it is.
+                        0 => l,
+                        _ if t <= f => l,
+                        _ => l.saturating_add((l / f).saturating_mul(t - f)),
+                    };
+                    if bytes > MEASURE_ABOVE.max(l) {
+                        let texts = match &mut texts {
+                            Some(t) => t,
+                            None => texts.insert([
+                                arg(args, 0, &DataType::Utf8View)?,
+                                arg(args, 1, &DataType::Utf8View)?,
+                            ]),
+                        };
+                        if let (Some(hay), Some(needle)) = (text(&texts[0], r), text(&texts[1], r))
+                        {
+                            let n = hay.matches(needle).count() as i64;
+                            bytes = l.saturating_add(n.saturating_mul(t - f));
+                        }
+                    }
+                    out.push(Some(bytes));
+                }
+            }
+            Sizing::RegexpReplace => {
+                let (s, repl) = (lengths(args, 0)?, lengths(args, 2)?);
+                let flags = arg(args, 3, &DataType::Utf8View)?;
+                let mut texts = None;
+                for r in 0..rows {
+                    let (Some(l), Some(t)) = (int(&s, r), int(&repl, r)) else {
+                        out.push(None);
+                        continue;
+                    };
+                    let global = text(&flags, r).is_some_and(|f| f.contains('g'));
+                    // A back-reference (`\1`, `\&`) inserts at most the whole text.
+                    let texts = match &mut texts {
+                        Some(t) => t,
+                        None => texts.insert([
+                            arg(args, 0, &DataType::Utf8View)?,
+                            arg(args, 1, &DataType::Utf8View)?,
+                            arg(args, 2, &DataType::Utf8View)?,
+                        ]),
+                    };
+                    let refs = text(&texts[2], r).map_or(0, |x| x.matches('\\').count()) as i64;
+                    let per_match = t.saturating_add(refs.saturating_mul(l));
+                    let mut matches = if global { l + 1 } else { 1 };
+                    if l.saturating_add(matches.saturating_mul(per_match)) > MEASURE_ABOVE.max(l)
+                        && global
+                        && let (Some(hay), Some(pattern)) = (text(&texts[0], r), text(&texts[1], r))
+                        && let Ok(re) = regex::RegexBuilder::new(pattern)
+                            .case_insensitive(text(&flags, r).is_some_and(|f| f.contains('i')))
+                            .size_limit(1 << 20)
+                            .build()
+                    {
+                        matches = re.find_iter(hay).count() as i64;
+                    }
+                    out.push(Some(l.saturating_add(matches.saturating_mul(per_match))));
+                }
+            }
+            Sizing::ArrayRepeat => {
+                let counts = arg(args, 1, &DataType::Int64)?;
+                let element = match args.args.first() {
+                    Some(a) => {
+                        let a = a.to_array(rows)?;
+                        (a.get_array_memory_size() / rows.max(1)) as i64
+                    }
+                    None => 0,
+                }
+                .max(ELEMENT_BYTES);
+                for r in 0..rows {
+                    out.push(int(&counts, r).map(|n| n.max(0).saturating_mul(element)));
+                }
+            }
+            Sizing::Series => {
+                let (start, stop, step) = (series_arg(args, 0)?, series_arg(args, 1)?, step(args)?);
+                for r in 0..rows {
+                    let (Some(a), Some(b)) = (
+                        start.get(r).copied().flatten(),
+                        stop.get(r).copied().flatten(),
+                    ) else {
+                        out.push(None);
+                        continue;
+                    };
+                    let step = step
+                        .as_ref()
+                        .map_or(Some(1), |s| s.get(r).copied().flatten());
+                    let n = match step {
+                        Some(s) if s != 0 => (b as i128 - a as i128) / s as i128 + 1,
+                        _ => 0,
+                    };
+                    let n = n.clamp(0, i64::MAX as i128) as i64;
+                    out.push(Some(n.saturating_mul(ELEMENT_BYTES)));
+                }
+            }
+        }
+        if out.iter().flatten().any(|&b| b > MAX_VALUE_BYTES) {
+            return Err(too_large());
+        }
+        Ok(out)
+    }
+
+    /// Errors unless every row fits PostgreSQL's value limit and the whole batch
+    /// fits what the statement's memory pool has left (checked by reserving it).
     fn check(&self, args: &ScalarFunctionArgs) -> Result<()> {
-        let (Some(text), Some(count)) = (args.args.first(), args.args.get(1)) else {
-            return Ok(());
-        };
         if args.number_rows == 0 {
             return Ok(());
         }
-        let rows = args.number_rows;
-        let counts = count.to_array(rows)?;
-        let counts = arrow::compute::cast(&counts, &DataType::Int64)?;
-        let counts = counts.as_primitive::<Int64Type>();
-        let lengths = match self.sizing {
-            Sizing::Repeat => {
-                let lens = arrow::compute::kernels::length::length(&text.to_array(rows)?)?;
-                Some(arrow::compute::cast(&lens, &DataType::Int64)?)
-            }
-            Sizing::Pad => None,
+        // A constant call is one value however many rows it is repeated for.
+        let constant = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let rows = match constant {
+            true => ScalarFunctionArgs {
+                number_rows: 1,
+                ..args.clone()
+            },
+            false => args.clone(),
         };
-        let n_rows = lengths
-            .as_ref()
-            .map_or(counts.len(), |l| l.len().min(counts.len()));
-        for i in 0..n_rows {
-            if counts.is_null(i) {
-                continue;
-            }
-            let n = counts.value(i).max(0);
-            let bytes = match &lengths {
-                Some(l) => {
-                    let l = l.as_primitive::<Int64Type>();
-                    if l.is_null(i) {
-                        continue;
-                    }
-                    l.value(i).saturating_mul(n)
-                }
-                None => n.saturating_mul(MAX_CHAR_BYTES),
-            };
-            if bytes > MAX_VALUE_BYTES {
-                return Err(sql_error("54000", "requested length too large"));
-            }
+        let total = self
+            .row_bytes(&rows)?
+            .into_iter()
+            .flatten()
+            .fold(0i64, i64::saturating_add);
+        if total < MEASURE_ABOVE {
+            return Ok(());
         }
-        Ok(())
+        let reservation = MemoryConsumer::new(self.inner.name()).register(&self.pool);
+        reservation.try_grow(total as usize).map_err(|_| {
+            sql_error(
+                "53200",
+                &format!(
+                    "out of memory: {}() would build {total} bytes for {} rows, more than the \
+                     statement's memory budget has left",
+                    self.inner.name(),
+                    rows.number_rows
+                ),
+            )
+        })
     }
+}
+
+fn too_large() -> datafusion::error::DataFusionError {
+    sql_error("54000", "requested length too large")
+}
+
+/// A series bound as int8: integers as they are, dates and timestamps in
+/// nanoseconds.
+fn series_arg(args: &ScalarFunctionArgs, i: usize) -> Result<Vec<Option<i64>>> {
+    let Some(a) = args.args.get(i) else {
+        return Ok(vec![]);
+    };
+    let a = a.to_array(args.number_rows)?;
+    let a = match a.data_type() {
+        DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, _) => {
+            let ts = arrow::compute::cast(&a, &DataType::Timestamp(TimeUnit::Nanosecond, None))?;
+            arrow::compute::cast(&ts, &DataType::Int64)?
+        }
+        _ => arrow::compute::cast(&a, &DataType::Int64)?,
+    };
+    let a = a.as_primitive::<Int64Type>();
+    Ok(a.iter().collect())
+}
+
+/// The series step in the bounds' unit (an interval in nanoseconds, a month as 28
+/// days so that the count is an upper bound); None when there is no third argument.
+fn step(args: &ScalarFunctionArgs) -> Result<Option<Vec<Option<i64>>>> {
+    let Some(a) = args.args.get(2) else {
+        return Ok(None);
+    };
+    let a = a.to_array(args.number_rows)?;
+    if let DataType::Interval(_) = a.data_type() {
+        const DAY: i64 = 86_400_000_000_000;
+        let iv = arrow::compute::cast(
+            &a,
+            &DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano),
+        )?;
+        let iv = iv.as_primitive::<IntervalMonthDayNanoType>();
+        return Ok(Some(
+            iv.iter()
+                .map(|v| {
+                    v.map(|v| {
+                        (v.months as i64 * 28 * DAY)
+                            .saturating_add(v.days as i64 * DAY)
+                            .saturating_add(v.nanoseconds)
+                    })
+                })
+                .collect(),
+        ));
+    }
+    let a = arrow::compute::cast(&a, &DataType::Int64)?;
+    Ok(Some(a.as_primitive::<Int64Type>().iter().collect()))
 }
 
 impl ScalarUDFImpl for Guarded {
     fn name(&self) -> &str {
         self.inner.name()
+    }
+
+    fn aliases(&self) -> &[String] {
+        self.inner.aliases()
     }
 
     fn signature(&self) -> &Signature {
@@ -124,15 +363,25 @@ impl ScalarUDFImpl for Guarded {
     }
 }
 
-/// Puts the checked versions in place of DataFusion's `repeat`, `lpad` and `rpad`.
+/// Puts the checked versions in place of DataFusion's functions.
 pub fn register(ctx: &SessionContext) {
+    let pool = ctx.runtime_env().memory_pool.clone();
     for (name, sizing) in [
         ("repeat", Sizing::Repeat),
         ("lpad", Sizing::Pad),
         ("rpad", Sizing::Pad),
+        ("replace", Sizing::Replace),
+        ("regexp_replace", Sizing::RegexpReplace),
+        ("array_repeat", Sizing::ArrayRepeat),
+        ("range", Sizing::Series),
+        ("generate_series", Sizing::Series),
     ] {
         if let Ok(inner) = datafusion::execution::FunctionRegistry::udf(ctx, name) {
-            ctx.register_udf(ScalarUDF::new_from_impl(Guarded { inner, sizing }));
+            ctx.register_udf(ScalarUDF::new_from_impl(Guarded {
+                inner,
+                sizing,
+                pool: pool.clone(),
+            }));
         }
     }
 }
