@@ -617,6 +617,7 @@ impl AnalyzerRule for NumericMeetsFloat {
                     other => other,
                 },
                 LogicalPlan::Union(u) => union_float8(u)?,
+                LogicalPlan::RecursiveQuery(q) => retype_work_table(q)?,
                 other => other,
             };
             let mut schema = DFSchema::empty();
@@ -649,6 +650,74 @@ impl AnalyzerRule for NumericMeetsFloat {
         })?;
         Ok(out.data)
     }
+}
+
+/// A recursive CTE's self-references were typed from its non-recursive term as
+/// DataFusion's planner made it (`WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT
+/// n + 1 FROM t ...)` saw `1` as int8). Once that term's literals are int4, the work
+/// table the recursive term reads takes its types, and the recursive term's schemas
+/// are recomputed: `n + 1` is int4 again, as in PostgreSQL, instead of an int8 column
+/// the int4 CTE cannot hold.
+fn retype_work_table(q: datafusion::logical_expr::RecursiveQuery) -> Result<LogicalPlan> {
+    use datafusion::catalog::cte_worktable::CteWorkTable;
+    use datafusion::catalog::default_table_source::{provider_as_source, source_as_provider};
+    let want = q.static_term.schema().clone();
+    let name = q.name.clone();
+    let mut changed = false;
+    let term = Arc::unwrap_or_clone(q.recursive_term.clone()).transform_up(|node| {
+        let LogicalPlan::TableScan(scan) = node else {
+            return Ok(Transformed::no(node));
+        };
+        let is_work_table = source_as_provider(&scan.source)
+            .ok()
+            .is_some_and(|p| (p.as_ref() as &dyn std::any::Any).is::<CteWorkTable>());
+        let have = scan.source.schema();
+        let same = have.fields().len() != want.fields().len()
+            || have
+                .fields()
+                .iter()
+                .zip(want.fields())
+                .all(|(h, w)| h.data_type() == w.data_type());
+        if !is_work_table || scan.table_name.table() != name || same {
+            return Ok(Transformed::no(LogicalPlan::TableScan(scan)));
+        }
+        let fields: Vec<_> = have
+            .fields()
+            .iter()
+            .zip(want.fields())
+            .map(|(h, w)| {
+                Arc::new(
+                    h.as_ref()
+                        .clone()
+                        .with_data_type(w.data_type().clone())
+                        .with_nullable(h.is_nullable() || w.is_nullable()),
+                )
+            })
+            .collect();
+        let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+        let source = provider_as_source(Arc::new(CteWorkTable::new(&name, schema)));
+        changed = true;
+        Ok(Transformed::yes(LogicalPlan::TableScan(
+            datafusion::logical_expr::logical_plan::TableScanBuilder::new(scan.table_name, source)
+                .with_projection(scan.projection)
+                .with_filters(scan.filters)
+                .with_fetch(scan.fetch)
+                .build()?,
+        )))
+    })?;
+    if !changed {
+        return Ok(LogicalPlan::RecursiveQuery(q));
+    }
+    let term = term
+        .data
+        .transform_up(|p| p.recompute_schema().map(Transformed::yes))?
+        .data;
+    Ok(LogicalPlan::RecursiveQuery(
+        datafusion::logical_expr::RecursiveQuery {
+            recursive_term: Arc::new(term),
+            ..q
+        },
+    ))
 }
 
 /// Rules that must run before DataFusion's analyzer rules.
