@@ -498,6 +498,18 @@ async fn functions_that_multiply_their_input_are_bounded() {
         let e = client.simple_query(sql).await.err();
         assert_eq!(e.as_ref().and_then(code), Some(want), "{sql}: {e:?}");
     }
+    // A string over 2 GB panics arrow's string builder inside string_agg; the panic
+    // must reach the client as an error (it used to end the rows: "0 rows", success).
+    let e = client
+        .simple_query(
+            "SELECT length(string_agg(repeat('x', 10000000), '')) FROM generate_series(1, 300)",
+        )
+        .await
+        .err();
+    assert!(
+        matches!(e.as_ref().and_then(code), Some("XX000" | "54000" | "53200")),
+        "{e:?}"
+    );
     // Bounds that are only upper bounds are measured before refusing.
     let rows = cells(
         text_rows(
