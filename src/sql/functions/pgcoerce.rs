@@ -618,6 +618,7 @@ impl AnalyzerRule for NumericMeetsFloat {
                 },
                 LogicalPlan::Union(u) => union_float8(u)?,
                 LogicalPlan::RecursiveQuery(q) => retype_work_table(q)?,
+                LogicalPlan::Projection(p) => exists_in_select_list(p)?,
                 other => other,
             };
             let mut schema = DFSchema::empty();
@@ -717,6 +718,59 @@ fn retype_work_table(q: datafusion::logical_expr::RecursiveQuery) -> Result<Logi
             recursive_term: Arc::new(term),
             ..q
         },
+    ))
+}
+
+/// `EXISTS (subquery)` in a select list: DataFusion turns EXISTS into a semi join
+/// only under a filter, and a projection of one failed to plan ("Physical plan does
+/// not support logical expression Exists"). It becomes `(SELECT count(*) FROM
+/// subquery) > 0` (`= 0` for NOT EXISTS), a scalar subquery DataFusion decorrelates;
+/// the column keeps its name.
+fn exists_in_select_list(p: datafusion::logical_expr::Projection) -> Result<LogicalPlan> {
+    use datafusion::logical_expr::{Subquery, expr::Exists, lit};
+    if !p.expr.iter().any(|e| {
+        e.exists(|e| Ok(matches!(e, Expr::Exists(_))))
+            .unwrap_or(false)
+    }) {
+        return Ok(LogicalPlan::Projection(p));
+    }
+    let exprs = p
+        .expr
+        .into_iter()
+        .map(|e| {
+            let name = e.schema_name().to_string();
+            let aliased = matches!(e, Expr::Alias(_));
+            let t = e.transform_up(|e| {
+                let Expr::Exists(Exists { subquery, negated }) = e else {
+                    return Ok(Transformed::no(e));
+                };
+                let counted = datafusion::logical_expr::LogicalPlanBuilder::from(
+                    Arc::unwrap_or_clone(subquery.subquery),
+                )
+                .aggregate(
+                    Vec::<Expr>::new(),
+                    vec![datafusion::functions_aggregate::count::count_all()],
+                )?
+                .build()?;
+                let count = Expr::ScalarSubquery(Subquery {
+                    subquery: Arc::new(counted),
+                    outer_ref_columns: subquery.outer_ref_columns,
+                    spans: subquery.spans,
+                });
+                let test = match negated {
+                    true => count.eq(lit(0i64)),
+                    false => count.gt(lit(0i64)),
+                };
+                Ok(Transformed::yes(test))
+            })?;
+            Ok(match (t.transformed, aliased) {
+                (true, false) => t.data.alias(name),
+                _ => t.data,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(LogicalPlan::Projection(
+        datafusion::logical_expr::Projection::try_new(exprs, p.input)?,
     ))
 }
 
