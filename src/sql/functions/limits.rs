@@ -165,6 +165,8 @@ impl Guarded {
             Sizing::RegexpReplace => {
                 let (s, repl) = (lengths(args, 0)?, lengths(args, 2)?);
                 let flags = arg(args, 3, &DataType::Utf8View)?;
+                let replacements = arg(args, 2, &DataType::Utf8View)?;
+                // The texts and patterns are cast only when a row must be measured.
                 let mut texts = None;
                 for r in 0..rows {
                     let (Some(l), Some(t)) = (int(&s, r), int(&repl, r)) else {
@@ -173,26 +175,28 @@ impl Guarded {
                     };
                     let global = text(&flags, r).is_some_and(|f| f.contains('g'));
                     // A back-reference (`\1`, `\&`) inserts at most the whole text.
-                    let texts = match &mut texts {
-                        Some(t) => t,
-                        None => texts.insert([
-                            arg(args, 0, &DataType::Utf8View)?,
-                            arg(args, 1, &DataType::Utf8View)?,
-                            arg(args, 2, &DataType::Utf8View)?,
-                        ]),
-                    };
-                    let refs = text(&texts[2], r).map_or(0, |x| x.matches('\\').count()) as i64;
+                    let refs = text(&replacements, r).map_or(0, |x| x.matches('\\').count()) as i64;
                     let per_match = t.saturating_add(refs.saturating_mul(l));
                     let mut matches = if global { l + 1 } else { 1 };
-                    if l.saturating_add(matches.saturating_mul(per_match)) > MEASURE_ABOVE.max(l)
-                        && global
-                        && let (Some(hay), Some(pattern)) = (text(&texts[0], r), text(&texts[1], r))
-                        && let Ok(re) = regex::RegexBuilder::new(pattern)
-                            .case_insensitive(text(&flags, r).is_some_and(|f| f.contains('i')))
-                            .size_limit(1 << 20)
-                            .build()
+                    if global
+                        && l.saturating_add(matches.saturating_mul(per_match))
+                            > MEASURE_ABOVE.max(l)
                     {
-                        matches = re.find_iter(hay).count() as i64;
+                        let texts = match &mut texts {
+                            Some(t) => t,
+                            None => texts.insert([
+                                arg(args, 0, &DataType::Utf8View)?,
+                                arg(args, 1, &DataType::Utf8View)?,
+                            ]),
+                        };
+                        if let (Some(hay), Some(pattern)) = (text(&texts[0], r), text(&texts[1], r))
+                            && let Ok(re) = regex::RegexBuilder::new(pattern)
+                                .case_insensitive(text(&flags, r).is_some_and(|f| f.contains('i')))
+                                .size_limit(1 << 20)
+                                .build()
+                        {
+                            matches = re.find_iter(hay).count() as i64;
+                        }
                     }
                     out.push(Some(l.saturating_add(matches.saturating_mul(per_match))));
                 }
@@ -251,11 +255,11 @@ impl Guarded {
             .iter()
             .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let rows = match constant {
-            true => ScalarFunctionArgs {
+            true => std::borrow::Cow::Owned(ScalarFunctionArgs {
                 number_rows: 1,
                 ..args.clone()
-            },
-            false => args.clone(),
+            }),
+            false => std::borrow::Cow::Borrowed(args),
         };
         let total = self
             .row_bytes(&rows)?

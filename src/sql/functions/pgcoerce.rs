@@ -673,13 +673,13 @@ fn retype_work_table(q: datafusion::logical_expr::RecursiveQuery) -> Result<Logi
             .ok()
             .is_some_and(|p| (p.as_ref() as &dyn std::any::Any).is::<CteWorkTable>());
         let have = scan.source.schema();
-        let same = have.fields().len() != want.fields().len()
+        let nothing_to_retype = have.fields().len() != want.fields().len()
             || have
                 .fields()
                 .iter()
                 .zip(want.fields())
                 .all(|(h, w)| h.data_type() == w.data_type());
-        if !is_work_table || scan.table_name.table() != name || same {
+        if !is_work_table || scan.table_name.table() != name || nothing_to_retype {
             return Ok(Transformed::no(LogicalPlan::TableScan(scan)));
         }
         let fields: Vec<_> = have
