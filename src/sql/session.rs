@@ -271,6 +271,48 @@ fn set(session: &Session, name: &str, value: String) -> Result<()> {
     Ok(())
 }
 
+/// `SET` (`local`: `SET LOCAL`) as a block sees it: what it changes, ROLLBACK puts
+/// back; SET LOCAL lasts until the block ends, and outside one it does nothing
+/// (PostgreSQL warns and lets the value end with the statement).
+fn scoped_set(session: &Session, name: &str, value: String, local: bool) -> Result<()> {
+    let k = key(name);
+    if !session.before_set(&k, local) {
+        tracing::debug!(setting = %k, "SET LOCAL outside a transaction block has no effect");
+        return Ok(());
+    }
+    set(session, name, value)?;
+    if !local {
+        session.after_set(&k);
+    }
+    Ok(())
+}
+
+/// Puts the session's settings back to `target` (what a block found, for ROLLBACK):
+/// each setting that differs is set again, each the block added is removed.
+pub(crate) fn restore(session: &Session, target: &BTreeMap<String, String>) {
+    let now = session.settings.read().clone();
+    for (k, v) in target {
+        if now.get(k) != Some(v)
+            && let Err(e) = set(session, k, v.clone())
+        {
+            tracing::warn!(setting = %k, error = %e, "could not restore a setting");
+        }
+    }
+    let fresh = datafusion_defaults(&session.db);
+    for k in now.keys().filter(|k| !target.contains_key(*k)) {
+        if k.starts_with("datafusion.")
+            && let Some(v) = fresh
+                .entries()
+                .into_iter()
+                .find(|e| &e.key == k)
+                .and_then(|e| e.value)
+        {
+            let _ = with_options(session, |o| o.set(k, &v));
+        }
+        session.settings.write().remove(k);
+    }
+}
+
 /// Changes the session's DataFusion options with `f`.
 fn with_options<R>(
     session: &Session,
@@ -355,9 +397,13 @@ pub fn execute(session: &Session, stmt: &Statement) -> Result<Option<Output>> {
         Statement::Set(s) => {
             match s {
                 ast::Set::SingleAssignment {
-                    variable, values, ..
+                    scope,
+                    variable,
+                    values,
+                    ..
                 } => {
                     let name = variable.to_string();
+                    let local = matches!(scope, Some(ast::ContextModifier::Local));
                     let v = value_text(values)?;
                     let v = if v.eq_ignore_ascii_case("default") {
                         default_settings("", "")
@@ -368,17 +414,19 @@ pub fn execute(session: &Session, stmt: &Statement) -> Result<Option<Output>> {
                     } else {
                         v
                     };
-                    set(session, &name, v)?;
+                    scoped_set(session, &name, v, local)?;
                 }
-                ast::Set::SetTimeZone { value, .. } => {
-                    set(
-                        session,
-                        "timezone",
-                        value_text(std::slice::from_ref(value))?,
-                    )?;
+                ast::Set::SetTimeZone { local, value } => {
+                    let v = value_text(std::slice::from_ref(value))?;
+                    scoped_set(session, "timezone", v, *local)?;
                 }
                 ast::Set::SetNames { charset_name, .. } => {
-                    set(session, "client_encoding", charset_name.value.clone())?;
+                    scoped_set(
+                        session,
+                        "client_encoding",
+                        charset_name.value.clone(),
+                        false,
+                    )?;
                 }
                 _ => {}
             }
@@ -386,6 +434,12 @@ pub fn execute(session: &Session, stmt: &Statement) -> Result<Option<Output>> {
         }
         Statement::Reset(r) => {
             let defaults = default_settings(&session.db, "");
+            // Inside a block RESET is a SET to the default: ROLLBACK undoes it.
+            let reset_key = match &r.reset {
+                ast::Reset::ALL => None,
+                ast::Reset::ConfigurationParameter(name) => Some(key(&name.to_string())),
+            };
+            session.before_set(reset_key.as_deref().unwrap_or(""), false);
             match &r.reset {
                 ast::Reset::ALL => {
                     let keep = session
@@ -428,6 +482,15 @@ pub fn execute(session: &Session, stmt: &Statement) -> Result<Option<Output>> {
                     let k = key(&name.to_string());
                     let v = defaults.read().get(&k).cloned().unwrap_or_default();
                     set(session, &k, v)?;
+                }
+            }
+            match reset_key {
+                Some(k) => session.after_set(&k),
+                None => {
+                    let keys: Vec<String> = session.settings.read().keys().cloned().collect();
+                    for k in keys {
+                        session.after_set(&k);
+                    }
                 }
             }
             Output::Command("RESET".into())
