@@ -4,6 +4,7 @@
 //! readers see immutable snapshots, and the typed operations of `ops` are the only
 //! way to change it.
 
+pub mod cagg;
 mod log;
 pub mod migrate;
 mod ops;
@@ -18,6 +19,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
+pub use cagg::{BucketDef, CaggDef, RefreshPolicy};
 pub use ops::{
     ColumnCheck, ColumnsWanted, DROPPED_PREFIX, FileEdit, FilesChange, NewTable, check_time_column,
 };
@@ -80,6 +82,9 @@ pub struct ViewDef {
     /// PostgreSQL type oids of the columns when the view was defined (`pg_attribute`).
     #[serde(default)]
     pub column_types: Vec<i32>,
+    /// A continuous aggregate's view: the id of its materialization hypertable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cagg: Option<u64>,
 }
 
 /// One table; a hypertable when it has a time column and chunk interval.
@@ -109,6 +114,13 @@ pub struct TableDef {
     /// (`WITH (sundial.line_protocol_columns = true)`); line-protocol tables always may.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lp_columns: bool,
+    /// The continuous aggregate this table materializes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cagg: Option<Box<CaggDef>>,
+    /// The hypertable invalidation log: time ranges changed since continuous
+    /// aggregates over this table last took them (kept only while any exists).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invalidations: Vec<cagg::Range>,
 }
 
 /// A retention policy (TimescaleDB job `policy_retention`), one per hypertable.
@@ -187,6 +199,8 @@ impl TableDef {
             line_protocol: self.line_protocol,
             retention: self.retention.clone(),
             lp_columns: self.lp_columns,
+            cagg: self.cagg.clone(),
+            invalidations: self.invalidations.clone(),
         }
     }
 

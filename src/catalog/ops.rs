@@ -27,7 +27,7 @@ pub struct NewTable {
 }
 
 impl NewTable {
-    fn build(self, id: u64) -> TableDef {
+    pub(super) fn build(self, id: u64) -> TableDef {
         TableDef {
             id,
             name: self.name,
@@ -39,6 +39,8 @@ impl NewTable {
             line_protocol: self.line_protocol,
             retention: None,
             lp_columns: self.lp_columns,
+            cagg: None,
+            invalidations: vec![],
         }
     }
 }
@@ -494,9 +496,19 @@ impl Catalog {
     }
 
     /// Records flushed files (`(table id, file)`) and that every WAL record up to
-    /// `flushed_wal_seq` is in files, in one step. Files of dropped tables are ignored.
-    pub fn add_files(&self, files: Vec<(u64, FileMeta)>, flushed_wal_seq: u64) -> Result<()> {
+    /// `flushed_wal_seq` is in files, in one step, with the time ranges the flushed
+    /// rows cover (`(table id, range)`, for continuous aggregates over the tables).
+    /// Files of dropped tables are ignored.
+    pub fn add_files(
+        &self,
+        files: Vec<(u64, FileMeta)>,
+        flushed_wal_seq: u64,
+        invalidated: &[(u64, super::cagg::Range)],
+    ) -> Result<()> {
         self.update(|m| {
+            for (id, r) in invalidated {
+                super::cagg::invalidate(m, *id, std::slice::from_ref(r));
+            }
             for db in m.databases.values_mut() {
                 for t in db.tables.values_mut() {
                     let mine: Vec<FileMeta> = files
@@ -517,8 +529,17 @@ impl Catalog {
     /// Removes or replaces files of a table in one step (compaction, DELETE,
     /// drop_chunks, TRUNCATE); a replacement takes its old file's place, so files
     /// stay in arrival order. Fails, changing nothing, when any old file is gone.
-    pub fn edit_files(&self, table_id: u64, edits: &[FileEdit]) -> Result<()> {
-        self.update(|m| apply_edits(m, table_id, edits, vec![]))
+    /// `invalidated`: the time ranges whose rows changed (none for compaction).
+    pub fn edit_files(
+        &self,
+        table_id: u64,
+        edits: &[FileEdit],
+        invalidated: &[super::cagg::Range],
+    ) -> Result<()> {
+        self.update(|m| {
+            super::cagg::invalidate(m, table_id, invalidated);
+            apply_edits(m, table_id, edits, vec![])
+        })
     }
 
     /// Applies a committed transaction's file changes, for several tables, in one
@@ -527,6 +548,8 @@ impl Catalog {
         self.update(|m| {
             for c in changes {
                 apply_edits(m, c.table_id, &c.edits, c.added.clone())?;
+                super::cagg::invalidate(m, c.table_id, &c.invalidated);
+                super::cagg::refreshed(m, c.table_id, &c.refreshed);
             }
             Ok(())
         })
@@ -540,6 +563,11 @@ pub struct FilesChange {
     pub table_id: u64,
     pub edits: Vec<FileEdit>,
     pub added: Vec<FileMeta>,
+    /// Time ranges whose rows changed (for continuous aggregates over the table).
+    pub invalidated: Vec<super::cagg::Range>,
+    /// Source ranges the table's continuous aggregate re-materialized with this
+    /// change: they leave its invalidation log.
+    pub refreshed: Vec<super::cagg::Range>,
 }
 
 fn apply_edits(

@@ -83,6 +83,27 @@ impl SqlType {
     }
 
     /// Whether the column can be a hypertable's partitioning column.
+    /// The type whose Arrow form is `dt`, when there is one (the inverse of
+    /// [`SqlType::to_arrow`]).
+    pub fn from_arrow(dt: &DataType) -> Option<SqlType> {
+        Some(match dt {
+            DataType::Boolean => SqlType::Bool,
+            DataType::Int16 => SqlType::Int2,
+            DataType::Int32 => SqlType::Int4,
+            DataType::Int64 => SqlType::Int8,
+            DataType::Float32 => SqlType::Float4,
+            DataType::Float64 => SqlType::Float8,
+            d if is_any_numeric(d) => SqlType::NumericAny,
+            DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => SqlType::Numeric(*p, *s),
+            DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 => SqlType::Text,
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView => SqlType::Bytea,
+            DataType::Date32 => SqlType::Date,
+            DataType::Timestamp(TimeUnit::Microsecond, None) => SqlType::Timestamp,
+            DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => SqlType::Timestamptz,
+            _ => return None,
+        })
+    }
+
     pub fn is_time(&self) -> bool {
         matches!(
             self,

@@ -31,7 +31,7 @@ impl Background {
     }
 
     /// Runs `task` until it ends or shutdown begins.
-    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+    pub(super) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
         let token = self.token.clone();
         let mut tasks = self.tasks.lock();
         // Forget tasks that have ended, so the set stays small.

@@ -80,3 +80,44 @@ impl Jobs {
         self.state.lock().get(&job).cloned().unwrap_or_default()
     }
 }
+
+/// What the last refresh of each continuous aggregate recomputed (`sundial_cagg_refreshes`).
+#[derive(Debug, Default)]
+pub struct CaggRefreshes {
+    last: Mutex<std::collections::BTreeMap<(String, String), CaggRefresh>>,
+}
+
+/// One refresh of a continuous aggregate.
+#[derive(Debug, Clone, Default)]
+pub struct CaggRefresh {
+    /// Buckets recomputed (source ranges, for variable-width buckets).
+    pub buckets: u64,
+    /// Rows the recomputed buckets hold now.
+    pub rows: u64,
+    /// µs since the epoch when it finished.
+    pub at: i64,
+    /// Refreshes of this aggregate since start-up.
+    pub count: u64,
+}
+
+impl CaggRefreshes {
+    /// Records a refresh of view `view` of database `db`.
+    pub fn record(&self, db: &str, view: &str, buckets: u64, rows: u64) {
+        let mut last = self.last.lock();
+        let e = last.entry((db.to_string(), view.to_string())).or_default();
+        e.buckets = buckets;
+        e.rows = rows;
+        e.at = now();
+        e.count += 1;
+    }
+
+    /// The last refresh of each aggregate of database `db`, by view name.
+    pub fn of(&self, db: &str) -> Vec<(String, CaggRefresh)> {
+        self.last
+            .lock()
+            .iter()
+            .filter(|((d, _), _)| d == db)
+            .map(|((_, v), r)| (v.clone(), r.clone()))
+            .collect()
+    }
+}

@@ -45,6 +45,21 @@ pub struct TableChange<'a> {
     pub files: Vec<(&'a FileMeta, bool)>,
     /// Rows the transaction inserted (validated), after its own deletions.
     pub inserts: Vec<RecordBatch>,
+    /// A continuous aggregate's refresh: the source ranges this change
+    /// re-materializes into the table (they leave its invalidation log).
+    pub refreshed: Vec<crate::catalog::cagg::Range>,
+}
+
+/// The time ranges of `files` of `t`, merged (what a change to them invalidates).
+fn time_ranges<'a>(
+    t: &TableDef,
+    files: impl Iterator<Item = &'a FileMeta>,
+) -> Vec<crate::catalog::cagg::Range> {
+    let mut out = vec![];
+    for f in files {
+        crate::catalog::cagg::add_range(&mut out, crate::storage::file_time_range(t, f));
+    }
+    out
 }
 
 /// Everything a server needs, shared by all connections.
@@ -341,10 +356,23 @@ impl Engine {
                     new_paths.push(meta.path.clone());
                     added.push(meta);
                 }
+                let mut invalidated = time_ranges(
+                    t,
+                    c.files
+                        .iter()
+                        .filter(|(f, _)| edits.iter().any(|(id, _)| *id == f.id))
+                        .map(|(f, _)| *f),
+                );
+                for f in &added {
+                    let r = crate::storage::file_time_range(t, f);
+                    crate::catalog::cagg::add_range(&mut invalidated, r);
+                }
                 steps.push(crate::catalog::FilesChange {
                     table_id: t.id,
                     edits,
                     added,
+                    invalidated,
+                    refreshed: c.refreshed.clone(),
                 });
             }
             self.writer.commit_files(&steps)
@@ -495,7 +523,8 @@ impl Engine {
             return Ok(());
         }
         let edits: Vec<FileEdit> = files.iter().map(|f| (f.id, None)).collect();
-        self.writer.edit_files(t.id, &edits)?;
+        let changed = time_ranges(t, files.iter().copied());
+        self.writer.edit_files(t.id, &edits, &changed)?;
         self.delete_later(files.iter().map(|f| f.path.clone()).collect());
         Ok(())
     }
@@ -521,11 +550,13 @@ impl Engine {
         let mut edits: Vec<FileEdit> = vec![];
         let mut old_paths = vec![];
         let mut deleted = 0u64;
+        let mut changed: Vec<&FileMeta> = vec![];
         for (f, all_match) in files {
             if *all_match {
                 deleted += f.rows;
                 edits.push((f.id, None));
                 old_paths.push(f.path.clone());
+                changed.push(f);
                 continue;
             }
             let out = rewrite::rewrite(&self.file_store(), db, t, &[f], Rewrite::DeleteWhere(pred))
@@ -536,9 +567,11 @@ impl Engine {
             deleted += out.rows_removed;
             edits.push((f.id, out.file));
             old_paths.push(f.path.clone());
+            changed.push(f);
         }
         if !edits.is_empty() {
-            self.writer.edit_files(t.id, &edits)?;
+            let changed = time_ranges(t, changed.into_iter());
+            self.writer.edit_files(t.id, &edits, &changed)?;
             self.delete_later(old_paths);
         }
         Ok(deleted)
@@ -553,6 +586,22 @@ impl Engine {
         self.writer.forget_table(t.id);
         self.delete_files_now(&t).await;
         Ok(true)
+    }
+
+    /// Runs `task` in the background until it ends or the engine stops (shutdown
+    /// awaits it; it is dropped at its next await once stopping).
+    pub fn spawn_background(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.background.spawn(task);
+    }
+
+    /// DROP MATERIALIZED VIEW of a continuous aggregate: its view and
+    /// materialization hypertable leave the catalog in one step; the table's files
+    /// are deleted once readers are done with them.
+    pub fn drop_cagg(&self, db: &str, view: &str) -> Result<()> {
+        let t = self.catalog.drop_cagg(db, view)?;
+        self.writer.forget_table(t.id);
+        self.delete_later(t.files.iter().map(|f| f.path.clone()).collect());
+        Ok(())
     }
 
     /// DROP DATABASE: like [`Engine::drop_table`] for every table in it.
@@ -694,7 +743,7 @@ impl Engine {
         {
             e.1 = out.file;
         }
-        let swapped = self.writer.edit_files(table.id, &edits);
+        let swapped = self.writer.edit_files(table.id, &edits, &[]);
         match swapped {
             Ok(()) => {
                 self.writer

@@ -214,6 +214,7 @@ impl SchemaProvider for PublicSchema {
             .map(|d| d.tables.keys().chain(d.views.keys()).cloned().collect())
             .unwrap_or_default();
         names.push(system::CHUNK_FILES.into());
+        names.push(system::CAGG_REFRESHES.into());
         names
     }
 
@@ -228,6 +229,12 @@ impl SchemaProvider for PublicSchema {
                 self.db.clone(),
             )));
         }
+        if name == system::CAGG_REFRESHES {
+            return Ok(Some(system::cagg_refreshes(
+                self.engine.clone(),
+                self.db.clone(),
+            )));
+        }
         if let Some(v) = self.views.view(name).await? {
             return Ok(Some(v));
         }
@@ -237,6 +244,7 @@ impl SchemaProvider for PublicSchema {
     fn table_exist(&self, name: &str) -> bool {
         self.pg_catalog.table_exist(name)
             || name == system::CHUNK_FILES
+            || name == system::CAGG_REFRESHES
             || self
                 .engine
                 .catalog()

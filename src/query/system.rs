@@ -25,6 +25,8 @@ use crate::engine::Engine;
 
 pub const INFO_SCHEMA: &str = "timescaledb_information";
 pub const CHUNK_FILES: &str = "sundial_chunk_files";
+/// What the last refresh of each continuous aggregate recomputed.
+pub const CAGG_REFRESHES: &str = "sundial_cagg_refreshes";
 
 type Builder = fn(&Engine, &str) -> DfResult<RecordBatch>;
 
@@ -106,7 +108,14 @@ impl InfoSchema {
     }
 }
 
-const INFO_TABLES: [&str; 5] = ["hypertables", "chunks", "dimensions", "jobs", "job_stats"];
+const INFO_TABLES: [&str; 6] = [
+    "hypertables",
+    "chunks",
+    "dimensions",
+    "jobs",
+    "job_stats",
+    "continuous_aggregates",
+];
 
 #[async_trait]
 impl SchemaProvider for InfoSchema {
@@ -120,6 +129,7 @@ impl SchemaProvider for InfoSchema {
             "dimensions" => (dimensions_schema(), dimensions),
             "jobs" => (jobs_schema(), jobs),
             "job_stats" => (job_stats_schema(), job_stats),
+            "continuous_aggregates" => (caggs_schema(), caggs),
             _ => return Ok(None),
         };
         Ok(Some(Arc::new(SystemTable::of(
@@ -140,6 +150,7 @@ pub fn info_schema_of(name: &str) -> Option<SchemaRef> {
         "hypertables" => hypertables_schema(),
         "chunks" => chunks_schema(),
         "dimensions" => dimensions_schema(),
+        "continuous_aggregates" => caggs_schema(),
         _ => return None,
     }))
 }
@@ -164,6 +175,51 @@ pub fn chunk_files(engine: Arc<Engine>, db: String) -> Arc<dyn TableProvider> {
         chunk_files_schema(),
         chunk_files_rows,
     ))
+}
+
+fn cagg_refreshes_schema() -> Schema {
+    Schema::new(vec![
+        text("view_name"),
+        Field::new("buckets", DataType::Int64, false),
+        Field::new("rows", DataType::Int64, false),
+        Field::new("refreshes", DataType::Int64, false),
+        Field::new("refreshed_at", tstz(), true),
+    ])
+}
+
+/// `sundial_cagg_refreshes`: per continuous aggregate, the buckets and rows its
+/// last refresh recomputed, and how many refreshes ran since start-up.
+pub fn cagg_refreshes(engine: Arc<Engine>, db: String) -> Arc<dyn TableProvider> {
+    Arc::new(SystemTable::of(
+        engine,
+        db,
+        cagg_refreshes_schema(),
+        cagg_refreshes_rows,
+    ))
+}
+
+fn cagg_refreshes_rows(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    let rows = engine.shared::<crate::engine::jobs::CaggRefreshes>().of(db);
+    batch(
+        cagg_refreshes_schema(),
+        vec![
+            Arc::new(StringArray::from(
+                rows.iter().map(|(v, _)| v.clone()).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                rows.iter()
+                    .map(|(_, r)| r.buckets as i64)
+                    .collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                rows.iter().map(|(_, r)| r.rows as i64).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                rows.iter().map(|(_, r)| r.count as i64).collect::<Vec<_>>(),
+            )),
+            ts_array(rows.iter().map(|(_, r)| Some(r.at)).collect()),
+        ],
+    )
 }
 
 fn tables_of(engine: &Engine, db: &str) -> Vec<Arc<TableDef>> {
@@ -208,6 +264,76 @@ fn chunk_files_rows(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
             Arc::new(StringArray::from(fp)),
             Arc::new(Int64Array::from(rc)),
             Arc::new(Int64Array::from(bs)),
+        ],
+    )
+}
+
+fn caggs_schema() -> Schema {
+    Schema::new(vec![
+        text("hypertable_schema"),
+        text("hypertable_name"),
+        text("view_schema"),
+        text("view_name"),
+        text("view_owner"),
+        Field::new("materialized_only", DataType::Boolean, true),
+        Field::new("compression_enabled", DataType::Boolean, true),
+        text("materialization_hypertable_schema"),
+        text("materialization_hypertable_name"),
+        text("view_definition"),
+    ])
+}
+
+/// `timescaledb_information.continuous_aggregates`: one row per continuous
+/// aggregate; `hypertable_name` is the table it reads (for one on another
+/// continuous aggregate, that one's materialization, as in TimescaleDB).
+fn caggs(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    let m = engine.catalog().snapshot();
+    let mut rows = vec![];
+    if let Ok(d) = m.database(db) {
+        for t in d.tables.values() {
+            let Some(c) = &t.cagg else { continue };
+            let source = d
+                .tables
+                .values()
+                .find(|s| s.id == c.source_id)
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
+            let owner = d
+                .owners
+                .get(&c.view)
+                .cloned()
+                .unwrap_or_else(|| "sundial".to_string());
+            rows.push((
+                source,
+                c.view.clone(),
+                owner,
+                c.materialized_only,
+                t.name.clone(),
+                c.sql.clone(),
+            ));
+        }
+    }
+    rows.sort_by(|a, b| a.1.cmp(&b.1));
+    let n = rows.len();
+    type Row = (String, String, String, bool, String, String);
+    let col = |f: &dyn Fn(&Row) -> String| -> ArrayRef {
+        Arc::new(StringArray::from(rows.iter().map(f).collect::<Vec<_>>()))
+    };
+    batch(
+        caggs_schema(),
+        vec![
+            Arc::new(StringArray::from(vec!["public"; n])),
+            col(&|r| r.0.clone()),
+            Arc::new(StringArray::from(vec!["public"; n])),
+            col(&|r| r.1.clone()),
+            col(&|r| r.2.clone()),
+            Arc::new(BooleanArray::from(
+                rows.iter().map(|r| r.3).collect::<Vec<_>>(),
+            )),
+            Arc::new(BooleanArray::from(vec![false; n])),
+            Arc::new(StringArray::from(vec!["public"; n])),
+            col(&|r| r.4.clone()),
+            col(&|r| format!(" {};", r.5)),
         ],
     )
 }
@@ -310,67 +436,99 @@ fn jobs_schema() -> Schema {
     ])
 }
 
-/// Retention policies, one job each.
-fn retention_jobs(engine: &Engine, db: &str) -> Vec<(Arc<TableDef>, crate::catalog::Retention)> {
-    tables_of(engine, db)
-        .into_iter()
-        .filter_map(|t| t.retention.clone().map(|r| (t, r)))
-        .collect()
+/// One policy job as the `jobs` views show it.
+struct JobRow {
+    id: i64,
+    application_name: String,
+    schedule_interval_micros: i64,
+    proc_name: &'static str,
+    check_name: &'static str,
+    config: String,
+    hypertable_name: String,
+}
+
+/// The database's policy jobs: retention policies and continuous-aggregate
+/// refresh policies (whose hypertable is the materialization, as in TimescaleDB).
+fn policy_jobs(engine: &Engine, db: &str) -> Vec<JobRow> {
+    let mut out = vec![];
+    for t in tables_of(engine, db) {
+        if let Some(r) = &t.retention {
+            let id = t.retention_job_id();
+            out.push(JobRow {
+                id,
+                application_name: format!("Retention Policy [{id}]"),
+                schedule_interval_micros: r.schedule_interval_micros,
+                proc_name: "policy_retention",
+                check_name: "policy_retention_check",
+                config: serde_json::json!({"drop_after": r.drop_after_text, "hypertable_id": t.id})
+                    .to_string(),
+                hypertable_name: t.name.clone(),
+            });
+        }
+        if let Some(p) = t.cagg.as_ref().and_then(|c| c.policy.as_ref()) {
+            out.push(JobRow {
+                id: p.job_id,
+                application_name: format!("Refresh Continuous Aggregate Policy [{}]", p.job_id),
+                schedule_interval_micros: p.schedule_interval_micros,
+                proc_name: "policy_refresh_continuous_aggregate",
+                check_name: "policy_refresh_continuous_aggregate_check",
+                config: serde_json::json!({
+                    "end_offset": p.end_offset_text,
+                    "start_offset": p.start_offset_text,
+                    "mat_hypertable_id": t.id,
+                })
+                .to_string(),
+                hypertable_name: t.name.clone(),
+            });
+        }
+    }
+    out.sort_by_key(|j| j.id);
+    out
 }
 
 fn jobs(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
-    let js = retention_jobs(engine, db);
+    let js = policy_jobs(engine, db);
     let n = js.len();
-    let ids: Vec<i64> = js.iter().map(|(t, _)| t.retention_job_id()).collect();
+    let texts = |f: &dyn Fn(&JobRow) -> String| -> ArrayRef {
+        Arc::new(StringArray::from(js.iter().map(f).collect::<Vec<_>>()))
+    };
+    let intervals = || -> ArrayRef {
+        Arc::new(IntervalMonthDayNanoArray::from(
+            js.iter()
+                .map(|j| Some(interval_of(j.schedule_interval_micros)))
+                .collect::<Vec<_>>(),
+        ))
+    };
     batch(
         jobs_schema(),
         vec![
-            Arc::new(Int64Array::from(ids.clone())),
-            Arc::new(StringArray::from(
-                ids.iter()
-                    .map(|id| format!("Retention Policy [{id}]"))
-                    .collect::<Vec<_>>(),
+            Arc::new(Int64Array::from(
+                js.iter().map(|j| j.id).collect::<Vec<_>>(),
             )),
-            Arc::new(IntervalMonthDayNanoArray::from(
-                js.iter()
-                    .map(|(_, r)| Some(interval_of(r.schedule_interval_micros)))
-                    .collect::<Vec<_>>(),
-            )),
+            texts(&|j| j.application_name.clone()),
+            intervals(),
             Arc::new(IntervalMonthDayNanoArray::from(vec![
                 Some(interval_of(0));
                 n
             ])),
             Arc::new(Int64Array::from(vec![-1i64; n])),
-            Arc::new(IntervalMonthDayNanoArray::from(
-                js.iter()
-                    .map(|(_, r)| Some(interval_of(r.schedule_interval_micros)))
-                    .collect::<Vec<_>>(),
-            )),
+            intervals(),
             Arc::new(StringArray::from(vec!["_timescaledb_functions"; n])),
-            Arc::new(StringArray::from(vec!["policy_retention"; n])),
+            texts(&|j| j.proc_name.to_string()),
             Arc::new(StringArray::from(vec!["sundial"; n])),
             Arc::new(BooleanArray::from(vec![true; n])),
             Arc::new(BooleanArray::from(vec![false; n])),
-            Arc::new(StringArray::from(
-                js.iter()
-                    .map(|(t, r)| {
-                        serde_json::json!({"drop_after": r.drop_after_text, "hypertable_id": t.id})
-                            .to_string()
-                    })
-                    .collect::<Vec<_>>(),
-            )),
+            texts(&|j| j.config.clone()),
             ts_array(
-                ids.iter()
-                    .map(|id| engine.jobs().get(*id).next_start)
+                js.iter()
+                    .map(|j| engine.jobs().get(j.id).next_start)
                     .collect(),
             ),
             ts_array(vec![None; n]),
             Arc::new(StringArray::from(vec!["public"; n])),
-            Arc::new(StringArray::from(
-                js.iter().map(|(t, _)| t.name.clone()).collect::<Vec<_>>(),
-            )),
+            texts(&|j| j.hypertable_name.clone()),
             Arc::new(StringArray::from(vec!["_timescaledb_functions"; n])),
-            Arc::new(StringArray::from(vec!["policy_retention_check"; n])),
+            texts(&|j| j.check_name.to_string()),
         ],
     )
 }
@@ -392,23 +550,20 @@ fn job_stats_schema() -> Schema {
 }
 
 fn job_stats(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
-    let js = retention_jobs(engine, db);
+    let js = policy_jobs(engine, db);
     let n = js.len();
-    let st: Vec<crate::engine::JobState> = js
-        .iter()
-        .map(|(t, _)| engine.jobs().get(t.retention_job_id()))
-        .collect();
+    let st: Vec<crate::engine::JobState> = js.iter().map(|j| engine.jobs().get(j.id)).collect();
     batch(
         job_stats_schema(),
         vec![
             Arc::new(StringArray::from(vec!["public"; n])),
             Arc::new(StringArray::from(
-                js.iter().map(|(t, _)| t.name.clone()).collect::<Vec<_>>(),
+                js.iter()
+                    .map(|j| j.hypertable_name.clone())
+                    .collect::<Vec<_>>(),
             )),
             Arc::new(Int64Array::from(
-                js.iter()
-                    .map(|(t, _)| t.retention_job_id())
-                    .collect::<Vec<_>>(),
+                js.iter().map(|j| j.id).collect::<Vec<_>>(),
             )),
             ts_array(st.iter().map(|s| s.last_run_started_at).collect()),
             ts_array(st.iter().map(|s| s.last_successful_finish).collect()),

@@ -73,6 +73,7 @@ pub async fn bind(engine: &Engine) -> Result<Listeners> {
 
 /// Serves until the engine's shutdown token fires.
 pub async fn serve(engine: Arc<Engine>, listeners: Listeners) {
+    crate::sql::cagg::start_policies(&engine);
     let mut tasks = vec![];
     let require = engine.config().tls_require;
     if let Some(l) = listeners.http {

@@ -166,7 +166,9 @@ pub fn check(s: &Session, stmt: &Statement) -> Result<()> {
                     | "set_chunk_time_interval"
                     | "drop_chunks"
                     | "add_retention_policy"
-                    | "remove_retention_policy",
+                    | "remove_retention_policy"
+                    | "add_continuous_aggregate_policy"
+                    | "remove_continuous_aggregate_policy",
                     Some(t),
                 ) => owner(&t),
                 _ => Err(Error::sql(

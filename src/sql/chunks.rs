@@ -17,7 +17,9 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 
 /// Management functions this module answers as `SELECT f(...)`.
-pub const FUNCTIONS: [&str; 8] = [
+pub const FUNCTIONS: [&str; 10] = [
+    "add_continuous_aggregate_policy",
+    "remove_continuous_aggregate_policy",
     "show_chunks",
     "drop_chunks",
     "add_retention_policy",
@@ -50,7 +52,10 @@ pub fn result_schema(name: &str) -> SchemaRef {
     let int = |n: &str| Field::new(n, DataType::Int64, true);
     let text = |n: &str| Field::new(n, DataType::Utf8, true);
     Arc::new(Schema::new(match name {
-        "hypertable_size" | "approximate_row_count" | "add_retention_policy" => vec![int(name)],
+        "hypertable_size"
+        | "approximate_row_count"
+        | "add_retention_policy"
+        | "add_continuous_aggregate_policy" => vec![int(name)],
         "hypertable_detailed_size" => vec![
             int("table_bytes"),
             int("index_bytes"),
@@ -204,6 +209,14 @@ pub async fn call(s: &Session, name: &str, args: &[FunctionArg]) -> Result<Outpu
             )
         }
         "add_retention_policy" => add_retention_policy(s, args).await,
+        "add_continuous_aggregate_policy" => {
+            let id = super::cagg::add_policy(s, args).await?;
+            int_column(name, Some(id))
+        }
+        "remove_continuous_aggregate_policy" => {
+            super::cagg::remove_policy(s, args)?;
+            text_column(name, vec![String::new()])
+        }
         "remove_retention_policy" => {
             let a = Args::new(name, args, &["relation", "if_exists"])?;
             let table = relation(s, name, a.get(0))?;
@@ -270,8 +283,19 @@ fn qualified(t: &TableDef, start: i64) -> String {
 fn relation(s: &Session, func: &str, e: Option<&Expr>) -> Result<Arc<TableDef>> {
     let e = e.ok_or_else(|| signature_error(func))?;
     let name = super::args::regclass_name(e)?;
-    let m = s.engine.catalog().snapshot();
-    let t = m.table(&s.db, &name)?.clone();
+    hypertable(&s.engine.catalog().snapshot(), &s.db, &name)
+}
+
+/// Hypertable `name` of database `db`; for a continuous aggregate, its
+/// materialization hypertable (as TimescaleDB's chunk functions take either).
+fn hypertable(m: &crate::catalog::Manifest, db: &str, name: &str) -> Result<Arc<TableDef>> {
+    let d = m.database(db)?;
+    if let Some(id) = d.views.get(name).and_then(|v| v.cagg)
+        && let Some(t) = d.tables.values().find(|t| t.id == id)
+    {
+        return Ok(t.clone());
+    }
+    let t = m.table(db, name)?.clone();
     if !t.is_hypertable() {
         return Err(Error::sql(
             "TS102",
@@ -460,7 +484,20 @@ pub async fn run_job(s: &Session, f: &ast::Function) -> Result<Output> {
             .map(|t| (db.clone(), t.clone()))
     });
     let Some((db, t)) = found else {
-        return Err(Error::sql("42704", format!("job {id} not found")));
+        // A continuous aggregate's refresh policy, in this database.
+        let policy = m.database(&s.db).ok().and_then(|d| {
+            d.tables.values().find_map(|t| {
+                let c = t.cagg.as_ref()?;
+                let p = c.policy.as_ref().filter(|p| p.job_id == id)?;
+                Some((c.view.clone(), p.clone()))
+            })
+        });
+        let Some((view, p)) = policy else {
+            return Err(Error::sql("42704", format!("job {id} not found")));
+        };
+        s.engine.jobs().started(id);
+        super::cagg::run_policy(s, &view, &p).await?;
+        return Ok(Output::Command("CALL".into()));
     };
     let r = t.retention.clone().unwrap_or_else(|| Retention {
         drop_after_micros: i64::MAX,
@@ -600,18 +637,8 @@ impl ChunkFn {
         };
         let name = super::args::regclass_name(&Expr::value(ast::Value::SingleQuotedString(name)))
             .map_err(datafusion::error::DataFusionError::from)?;
-        let m = self.engine.catalog().snapshot();
-        let t = m
-            .table(&self.db, &name)
-            .map_err(datafusion::error::DataFusionError::from)?
-            .clone();
-        if !t.is_hypertable() {
-            return Err(datafusion::error::DataFusionError::from(Error::sql(
-                "TS102",
-                format!("table \"{name}\" is not a hypertable"),
-            )));
-        }
-        Ok(t)
+        hypertable(&self.engine.catalog().snapshot(), &self.db, &name)
+            .map_err(datafusion::error::DataFusionError::from)
     }
 }
 

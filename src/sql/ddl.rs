@@ -34,12 +34,18 @@ pub fn handles(stmt: &Statement) -> bool {
         Statement::Drop { object_type, .. } => {
             matches!(
                 object_type,
-                ObjectType::Table | ObjectType::Database | ObjectType::View
+                ObjectType::Table
+                    | ObjectType::Database
+                    | ObjectType::View
+                    | ObjectType::MaterializedView
             )
         }
         Statement::Query(_) => management_call(stmt).is_some(),
         Statement::Delete(_) | Statement::Truncate(_) => true,
-        Statement::Call(f) => f.name.to_string().eq_ignore_ascii_case("run_job"),
+        Statement::Call(f) => {
+            let n = f.name.to_string();
+            n.eq_ignore_ascii_case("run_job") || n.eq_ignore_ascii_case(super::cagg::REFRESH)
+        }
         other => super::views::handles(other),
     }
 }
@@ -130,15 +136,33 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
         } => {
             for n in names {
                 let name = args::table_name(n)?;
-                let is_table = s.engine.catalog().snapshot().table(&s.db, &name).is_ok();
+                let table = s
+                    .engine
+                    .catalog()
+                    .snapshot()
+                    .table(&s.db, &name)
+                    .ok()
+                    .cloned();
+                if let Some(c) = table.as_ref().and_then(|t| t.cagg.as_ref()) {
+                    return Err(Error::sql(
+                        "42809",
+                        format!(
+                            "cannot drop the materialization table of continuous aggregate \"{}\"; use DROP MATERIALIZED VIEW {}",
+                            c.view, c.view
+                        ),
+                    ));
+                }
+                let is_table = table.is_some();
                 if is_table {
-                    if s.staging.in_block() && *cascade && super::views::dependents_exist(s, &name)?
+                    if s.staging.in_block()
+                        && *cascade
+                        && super::viewdefs::dependents_exist(s, &name)?
                     {
                         return Err(Error::NotSupported(format!(
                             "DROP TABLE {name} CASCADE inside a transaction block: views depend on it"
                         )));
                     }
-                    super::views::release(s, &name, "table", *cascade)?;
+                    super::viewdefs::release(s, &name, "table", *cascade)?;
                 }
                 if s.staging.in_block() {
                     s.drop_table_in_block(&name, *if_exists).await?;
@@ -157,6 +181,20 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             cascade,
             ..
         } => super::views::drop(s, names, *if_exists, *cascade),
+        Statement::Drop {
+            object_type: ObjectType::MaterializedView,
+            if_exists,
+            names,
+            cascade,
+            ..
+        } => super::cagg::drop(s, names, *if_exists, *cascade),
+        Statement::Call(f)
+            if f.name
+                .to_string()
+                .eq_ignore_ascii_case(super::cagg::REFRESH) =>
+        {
+            super::cagg::call_refresh(s, f).await
+        }
         Statement::Delete(d) => super::chunks::delete(s, d).await,
         Statement::Truncate(t) => {
             let names: Vec<ast::ObjectName> =
@@ -405,6 +443,15 @@ fn default_time_column(columns: &[ColumnDef]) -> Option<String> {
 
 fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
     let name = args::table_name(&at.name)?;
+    // ALTER MATERIALIZED VIEW … SET (…), as the pre-pass handed it over.
+    if let [AlterTableOperation::SetOptionsParens { options }] = at.operations.as_slice()
+        && options.iter().any(|o| {
+            matches!(o, ast::SqlOption::KeyValue { key, .. }
+                if key.value.eq_ignore_ascii_case(super::prepass::MATVIEW_MARK))
+        })
+    {
+        return super::cagg::alter(s, &name, options);
+    }
     // Checked in statement order by the catalog: a bad definition or an
     // unsupported operation fails the statement where it stands.
     let columns = at

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod args;
+pub mod cagg;
 pub mod chunks;
 pub mod complexity;
 pub mod copy;
@@ -22,6 +23,7 @@ pub mod prepass;
 pub mod roles;
 pub mod session;
 pub mod tx;
+pub mod viewdefs;
 pub mod views;
 
 use std::sync::Arc;

@@ -395,6 +395,11 @@ pub fn cacheable(plan: &LogicalPlan, params: bool) -> Option<Vec<TableKey>> {
                 .and_then(|p| (p as &dyn std::any::Any).downcast_ref::<HypertableProvider>())
                 .map(|p| p.table());
             match table {
+                // A real-time continuous aggregate's plan holds its watermark.
+                Some(t) if t.cagg.as_ref().is_some_and(|c| !c.materialized_only) => {
+                    ok = false;
+                    return Ok(TreeNodeRecursion::Stop);
+                }
                 Some(t) => tables.push(TableKey {
                     name: t.name.clone(),
                     id: t.id,

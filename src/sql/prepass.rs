@@ -15,12 +15,18 @@ pub const NEGATIVE_MARK: &str = "_sundial_neg";
 /// The `IN ROLE` member that marks a `CREATE ROLE` written as `CREATE USER`
 /// (whose default is LOGIN).
 pub const USER_MARK: &str = "_sundial_user";
+/// The option that marks `WITH NO DATA` at the end of a `CREATE MATERIALIZED VIEW`
+/// (sqlparser reads no such clause for PostgreSQL).
+pub const NO_DATA_OPTION: &str = "sundial.with_no_data";
+/// The option that marks an `ALTER TABLE … SET (…)` written as `ALTER
+/// MATERIALIZED VIEW` (sqlparser has no ALTER MATERIALIZED VIEW).
+pub const MATVIEW_MARK: &str = "sundial.materialized_view";
 
 /// Returns `sql` with every `CREATE TABLE ... WITH (...)` option list normalized
 /// and MOVE statements written as marked FETCHes. SQL that does not tokenize is
 /// returned unchanged (the parser reports the error).
 pub fn rewrite(sql: &str) -> String {
-    let sql = &negative_limits(&users(&moves(sql)));
+    let sql = &matviews(&negative_limits(&users(&moves(sql))));
     let lower = sql.to_ascii_lowercase();
     if !(lower.contains("create") && lower.contains("with")) {
         return sql.to_string();
@@ -71,6 +77,136 @@ pub fn rewrite(sql: &str) -> String {
             }
         }
         i += 1;
+    }
+    apply(sql, edits)
+}
+
+/// `CREATE MATERIALIZED VIEW … WITH (timescaledb.continuous, …) AS … [WITH [NO]
+/// DATA]` and `ALTER MATERIALIZED VIEW v SET (…)` in forms sqlparser reads: option
+/// keys quoted, `WITH [NO] DATA` as the option [`NO_DATA_OPTION`], the ALTER as an
+/// ALTER TABLE marked [`MATVIEW_MARK`].
+fn matviews(sql: &str) -> String {
+    let lower = sql.to_ascii_lowercase();
+    if !lower.contains("materialized") {
+        return sql.to_string();
+    }
+    let Some(tokens) = significant_tokens(sql) else {
+        return sql.to_string();
+    };
+    let sig: Vec<&TokenWithSpan> = tokens.iter().collect();
+    let offsets = LineIndex::new(sql);
+    let off = |t: &TokenWithSpan, end: bool| {
+        offsets.offset(if end { &t.span.end } else { &t.span.start })
+    };
+    let mut edits: Vec<(usize, usize, String)> = vec![];
+    let mut i = 0;
+    while i < sig.len() {
+        let starts = i == 0 || matches!(sig[i - 1].token, Token::SemiColon);
+        let stop = (i..sig.len())
+            .find(|&k| matches!(sig[k].token, Token::SemiColon))
+            .unwrap_or(sig.len());
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let mut k = i + 1;
+        let create = is_kw(&sig[i].token, "create");
+        let alter = is_kw(&sig[i].token, "alter");
+        if create
+            && k + 1 < stop
+            && is_kw(&sig[k].token, "or")
+            && is_kw(&sig[k + 1].token, "replace")
+        {
+            k += 2;
+        }
+        let matview = (create || alter)
+            && k + 1 < stop
+            && is_kw(&sig[k].token, "materialized")
+            && is_kw(&sig[k + 1].token, "view");
+        if !matview {
+            i = stop + 1;
+            continue;
+        }
+        let after_view = k + 2;
+        // The trailing WITH [NO] DATA of a CREATE.
+        let mut tail: Option<(usize, bool)> = None;
+        if create && stop >= 2 && is_kw(&sig[stop - 1].token, "data") {
+            if is_kw(&sig[stop - 2].token, "with") {
+                tail = Some((stop - 2, false));
+            } else if stop >= 3
+                && is_kw(&sig[stop - 2].token, "no")
+                && is_kw(&sig[stop - 3].token, "with")
+            {
+                tail = Some((stop - 3, true));
+            }
+        }
+        // The option list: WITH ( before the AS of a CREATE, SET ( of an ALTER.
+        let mut j = after_view;
+        let mut depth = 0usize;
+        let mut list: Option<(usize, usize)> = None;
+        while j + 1 < stop {
+            match sig[j].token {
+                Token::LParen => depth += 1,
+                Token::RParen => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            if depth == 0 && create && is_kw(&sig[j].token, "as") {
+                break;
+            }
+            let opener = if create { "with" } else { "set" };
+            if depth == 0
+                && is_kw(&sig[j].token, opener)
+                && matches!(sig[j + 1].token, Token::LParen)
+            {
+                if let Some(end) = matching(&sig, j + 1) {
+                    list = Some((j + 1, end));
+                }
+                break;
+            }
+            j += 1;
+        }
+        if alter {
+            let Some((open, end)) = list else {
+                i = stop + 1;
+                continue;
+            };
+            let (Some(a), Some(b), Some(from), Some(to)) = (
+                off(sig[i], false),
+                off(sig[k + 1], true),
+                off(sig[open], false),
+                off(sig[end], true),
+            ) else {
+                return sql.to_string();
+            };
+            let Some(text) = options_text(&sig[open + 1..end]) else {
+                i = stop + 1;
+                continue;
+            };
+            edits.push((a, b, "ALTER TABLE".into()));
+            edits.push((from, to, format!("({text}, \"{MATVIEW_MARK}\" = true)")));
+        } else {
+            let no_data = tail.is_some_and(|(_, no)| no);
+            if let Some((open, end)) = list {
+                let (Some(from), Some(to)) = (off(sig[open], false), off(sig[end], true)) else {
+                    return sql.to_string();
+                };
+                let Some(mut text) = options_text(&sig[open + 1..end]) else {
+                    i = stop + 1;
+                    continue;
+                };
+                if no_data {
+                    text.push_str(&format!(", \"{NO_DATA_OPTION}\" = true"));
+                }
+                edits.push((from, to, format!("({text})")));
+            }
+            if let Some((w, _)) = tail {
+                let (Some(from), Some(to)) = (off(sig[w], false), off(sig[stop - 1], true)) else {
+                    return sql.to_string();
+                };
+                edits.push((from, to, String::new()));
+            }
+        }
+        i = stop + 1;
     }
     apply(sql, edits)
 }
@@ -376,6 +512,29 @@ impl<'a> LineIndex<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn materialized_view_options_and_no_data() {
+        let out = rewrite(
+            "CREATE MATERIALIZED VIEW v WITH (timescaledb.continuous, tsdb.materialized_only = false) AS SELECT 1 FROM t GROUP BY 1 WITH NO DATA;",
+        );
+        assert_eq!(
+            out,
+            "CREATE MATERIALIZED VIEW v WITH (\"timescaledb.continuous\" = true, \"tsdb.materialized_only\" = false, \"sundial.with_no_data\" = true) AS SELECT 1 FROM t GROUP BY 1 ;"
+        );
+        let out = rewrite(
+            "CREATE MATERIALIZED VIEW v (a, b) WITH (timescaledb.continuous) AS SELECT 1 WITH DATA",
+        );
+        assert_eq!(
+            out,
+            "CREATE MATERIALIZED VIEW v (a, b) WITH (\"timescaledb.continuous\" = true) AS SELECT 1 "
+        );
+        let out = rewrite("alter materialized view v set (timescaledb.materialized_only = false)");
+        assert_eq!(
+            out,
+            "ALTER TABLE v set (\"timescaledb.materialized_only\" = false, \"sundial.materialized_view\" = true)"
+        );
+    }
 
     #[test]
     fn quotes_dotted_keys_and_flags() {

@@ -3,6 +3,7 @@
 //! are deleted), `ROLLBACK` drops them; savepoints, the aborted state (25P02), and
 //! which DDL a block may hold.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -29,6 +30,22 @@ struct Savepoint {
     name: String,
     mark: usize,
     undo: usize,
+    /// The session's settings when the savepoint was set, and what the block had
+    /// noted about them: ROLLBACK TO puts both back.
+    settings: BTreeMap<String, String>,
+    set_in_block: SetInBlock,
+}
+
+/// What `SET` did inside a block, so that ROLLBACK undoes it and COMMIT ends
+/// `SET LOCAL` (PostgreSQL's GUC stack, flattened to one level per block).
+#[derive(Debug, Default, Clone)]
+struct SetInBlock {
+    /// The settings as the block found them, taken at its first SET.
+    before: Option<BTreeMap<String, String>>,
+    /// Values a plain SET gave inside the block: what COMMIT keeps.
+    session: BTreeMap<String, String>,
+    /// Settings SET LOCAL changed: COMMIT gives them their session value back.
+    local: BTreeSet<String>,
 }
 
 /// DDL a block ran, and how ROLLBACK undoes it.
@@ -47,6 +64,7 @@ pub struct TxState {
     aborted: bool,
     savepoints: Vec<Savepoint>,
     undo: Vec<Undo>,
+    set_in_block: SetInBlock,
 }
 
 /// Whether `stmt` ends or repairs a failed block (accepted in the aborted state).
@@ -220,12 +238,16 @@ impl Session {
                     ));
                 }
                 let mark = self.staging.mark();
+                let settings = self.settings.read().clone();
                 let mut tx = self.tx.lock();
                 let undo = tx.undo.len();
+                let set_in_block = tx.set_in_block.clone();
                 tx.savepoints.push(Savepoint {
                     name: name.value.clone(),
                     mark,
                     undo,
+                    settings,
+                    set_in_block,
                 });
                 Output::Command("SAVEPOINT".into())
             }
@@ -258,7 +280,7 @@ impl Session {
     /// `ROLLBACK TO SAVEPOINT name`: forgets what came after it, keeps it, and
     /// leaves the aborted state.
     async fn rollback_to(&self, name: &str) -> Result<()> {
-        let (mark, dropped) = {
+        let (mark, dropped, settings) = {
             let mut tx = self.tx.lock();
             let Some(i) = find_savepoint(&tx.savepoints, name) else {
                 drop(tx);
@@ -268,18 +290,75 @@ impl Session {
             tx.savepoints.truncate(i + 1);
             tx.aborted = false;
             let undo = tx.undo.split_off(sp.undo);
-            (sp.mark, undo)
+            let changed = tx.set_in_block.before.is_some();
+            tx.set_in_block = sp.set_in_block;
+            (sp.mark, undo, changed.then_some(sp.settings))
         };
         self.staging.rollback_to(mark);
         self.undo(dropped).await;
+        if let Some(s) = settings {
+            super::session::restore(self, &s);
+        }
         Ok(())
+    }
+
+    /// Before a `SET` (`local`: `SET LOCAL`) of setting `key`: notes what the block
+    /// must undo. Returns whether the SET takes effect: outside a block SET LOCAL
+    /// has none (PostgreSQL warns and ends it with the statement).
+    pub(crate) fn before_set(&self, key: &str, local: bool) -> bool {
+        if !self.staging.in_block() {
+            return !local;
+        }
+        let mut tx = self.tx.lock();
+        if tx.set_in_block.before.is_none() {
+            tx.set_in_block.before = Some(self.settings.read().clone());
+        }
+        if local {
+            tx.set_in_block.local.insert(key.to_string());
+        }
+        true
+    }
+
+    /// After a plain `SET` of `key` inside a block: its value is what COMMIT keeps.
+    pub(crate) fn after_set(&self, key: &str) {
+        if !self.staging.in_block() {
+            return;
+        }
+        let value = self.settings.read().get(key).cloned();
+        let mut tx = self.tx.lock();
+        match value {
+            Some(v) => tx.set_in_block.session.insert(key.to_string(), v),
+            None => tx.set_in_block.session.remove(key),
+        };
+    }
+
+    /// At the end of a block: ROLLBACK puts every setting back as the block found
+    /// it; COMMIT ends SET LOCAL.
+    fn end_settings(&self, set: SetInBlock, committed: bool) {
+        let Some(before) = set.before else { return };
+        if !committed {
+            super::session::restore(self, &before);
+            return;
+        }
+        if set.local.is_empty() {
+            return;
+        }
+        let mut target = self.settings.read().clone();
+        for k in &set.local {
+            match set.session.get(k).or_else(|| before.get(k)) {
+                Some(v) => target.insert(k.clone(), v.clone()),
+                None => target.remove(k),
+            };
+        }
+        super::session::restore(self, &target);
     }
 
     /// Ends the block dropping everything it staged and undoing its DDL.
     async fn discard(&self) {
         self.staging.finish();
-        let undo = std::mem::take(&mut *self.tx.lock()).undo;
-        self.undo(undo).await;
+        let state = std::mem::take(&mut *self.tx.lock());
+        self.end_settings(state.set_in_block, false);
+        self.undo(state.undo).await;
     }
 
     /// Undoes DDL, newest first.
@@ -317,9 +396,11 @@ impl Session {
     /// failure nothing is applied and the block stays, aborted.
     async fn commit(&self) -> Result<()> {
         let ops = self.staging.finish();
-        let undo = std::mem::take(&mut *self.tx.lock()).undo;
+        let state = std::mem::take(&mut *self.tx.lock());
+        let undo = state.undo;
         match self.apply(ops).await {
             Ok(()) => {
+                self.end_settings(state.set_in_block, true);
                 self.finish_drops(&undo).await;
                 Ok(())
             }
@@ -329,6 +410,7 @@ impl Session {
                 let mut tx = self.tx.lock();
                 tx.aborted = true;
                 tx.undo = undo;
+                tx.set_in_block = state.set_in_block;
                 Err(e)
             }
         }
@@ -394,6 +476,7 @@ impl Session {
                 pred,
                 files,
                 inserts: folded.inserts.clone(),
+                refreshed: vec![],
             });
         }
         self.engine.commit_changes(&self.db, changes).await
@@ -433,6 +516,7 @@ pub fn ddl_name(stmt: &Statement) -> String {
         Statement::AlterTable(_) => "ALTER TABLE".into(),
         Statement::CreateDatabase { .. } => "CREATE DATABASE".into(),
         Statement::Call(_) => "CALL".into(),
+        Statement::CreateView(cv) if cv.materialized => "CREATE MATERIALIZED VIEW".into(),
         Statement::Query(q) => match q.body.as_ref() {
             ast::SetExpr::Select(s) => match s.projection.first() {
                 Some(ast::SelectItem::UnnamedExpr(ast::Expr::Function(f))) => f.name.to_string(),

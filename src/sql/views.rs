@@ -11,13 +11,10 @@ use datafusion::catalog::view::ViewTable;
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::SessionState;
-use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
-use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{self, ObjectType, Statement};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 use parking_lot::RwLock;
 
+use super::viewdefs::{parse_query, plan_view, release};
 use super::{Output, Session, args, gapfill, names};
 use crate::catalog::ViewDef;
 use crate::engine::Engine;
@@ -88,60 +85,24 @@ impl crate::query::context::ViewSource for ViewPlanner {
             .ok_or_else(|| df_error(Error::Internal("the session has closed".into())))?
             .read()
             .clone();
-        let query = parse_query(&v.sql).map_err(df_error)?;
+        // A continuous aggregate reads its materialization (and raw rows where it
+        // is not valid), as it is at this moment.
+        let sql = match v.cagg {
+            Some(id) => super::cagg::view_sql(&self.engine, &m, &self.db, id).map_err(df_error)?,
+            None => v.sql.clone(),
+        };
+        let query = parse_query(&sql).map_err(df_error)?;
         let plan = plan_view(&state, query, &v.columns)
             .await
             .map_err(df_error)?;
-        Ok(Some(Arc::new(ViewTable::new(plan, Some(v.sql.clone())))))
+        Ok(Some(Arc::new(ViewTable::new(plan, Some(sql)))))
     }
-}
-
-/// A stored definition back as a query (it was normalized before it was stored).
-fn parse_query(sql: &str) -> Result<Box<ast::Query>> {
-    let mut stmts =
-        Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| Error::Parse(e.to_string()))?;
-    match (stmts.pop(), stmts.is_empty()) {
-        (Some(Statement::Query(q)), true) => Ok(q),
-        _ => Err(Error::Internal(format!(
-            "stored view is not one query: {sql}"
-        ))),
-    }
-}
-
-/// The view's plan, its columns renamed to `columns`.
-async fn plan_view(
-    state: &SessionState,
-    mut query: Box<ast::Query>,
-    columns: &[String],
-) -> Result<LogicalPlan> {
-    names::alias_duplicates(&mut query);
-    let plan = state
-        .statement_to_plan(DfStatement::Statement(Box::new(Statement::Query(query))))
-        .await?;
-    let fields = plan.schema().columns();
-    if columns.len() > fields.len() {
-        return Err(Error::sql(
-            "42601",
-            "CREATE VIEW specifies more column names than columns",
-        ));
-    }
-    let exprs: Vec<Expr> = fields
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let name = columns.get(i).cloned().unwrap_or_else(|| c.name.clone());
-            Expr::Column(c).alias(name)
-        })
-        .collect();
-    Ok(LogicalPlanBuilder::from(plan).project(exprs)?.build()?)
 }
 
 /// Runs `CREATE [OR REPLACE] VIEW`.
 pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
     if cv.materialized {
-        return Err(Error::NotSupported(
-            "CREATE MATERIALIZED VIEW (continuous aggregates) is not supported yet".into(),
-        ));
+        return super::cagg::create(s, cv).await;
     }
     if cv.temporary {
         return Err(Error::NotSupported(
@@ -211,6 +172,7 @@ pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
                 .iter()
                 .map(|f| super::pg_catalog::arrow_type_oid(f.data_type()))
                 .collect(),
+            cagg: None,
         },
         cv.or_replace,
     )?;
@@ -242,61 +204,27 @@ pub fn drop(
             .views
             .contains_key(&name);
         if is_view {
+            let cagg = s
+                .engine
+                .catalog()
+                .snapshot()
+                .database(&s.db)?
+                .views
+                .get(&name)
+                .is_some_and(|v| v.cagg.is_some());
+            if cagg {
+                return Err(Error::sql(
+                    "42809",
+                    format!(
+                        "\"{name}\" is not a view; use DROP MATERIALIZED VIEW to remove a materialized view"
+                    ),
+                ));
+            }
             release(s, &name, "view", cascade)?;
         }
         s.engine.catalog().drop_view(&s.db, &name, if_exists)?;
     }
     Ok(Output::Command("DROP VIEW".into()))
-}
-
-/// The views whose definitions name relation `name`.
-fn dependents(s: &Session, name: &str) -> Result<Vec<String>> {
-    use std::ops::ControlFlow;
-    let m = s.engine.catalog().snapshot();
-    let mut out = vec![];
-    for v in m.database(&s.db)?.views.values() {
-        let Ok(q) = parse_query(&v.sql) else { continue };
-        let names = ast::visit_relations(&q, |r| {
-            if args::table_name(r).is_ok_and(|t| t == name) {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        });
-        if names.is_break() && v.name != name {
-            out.push(v.name.clone());
-        }
-    }
-    Ok(out)
-}
-
-/// Whether views depend on relation `name`.
-pub fn dependents_exist(s: &Session, name: &str) -> Result<bool> {
-    Ok(!dependents(s, name)?.is_empty())
-}
-
-/// Before relation `name` (a `kind`) is dropped: the views that depend on it are
-/// dropped too with CASCADE, else the drop is refused (2BP01), as in PostgreSQL.
-pub fn release(s: &Session, name: &str, kind: &str, cascade: bool) -> Result<()> {
-    let deps = dependents(s, name)?;
-    if deps.is_empty() {
-        return Ok(());
-    }
-    if !cascade {
-        return Err(Error::sql(
-            "2BP01",
-            format!(
-                "cannot drop {kind} {name} because other objects depend on it (view {}); \
-                 use DROP ... CASCADE to drop the dependent objects too",
-                deps.join(", view ")
-            ),
-        ));
-    }
-    for d in deps {
-        release(s, &d, "view", true)?;
-        s.engine.catalog().drop_view(&s.db, &d, true)?;
-    }
-    Ok(())
 }
 
 /// Whether `stmt` is view DDL.
@@ -305,7 +233,7 @@ pub fn handles(stmt: &Statement) -> bool {
         stmt,
         Statement::CreateView(_)
             | Statement::Drop {
-                object_type: ObjectType::View,
+                object_type: ObjectType::View | ObjectType::MaterializedView,
                 ..
             }
     )

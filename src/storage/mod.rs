@@ -456,3 +456,43 @@ pub fn adapt_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatc
         &opts,
     )?)
 }
+
+/// Time range of a file from its statistics; unbounded when unknown.
+pub fn file_time_range(table: &TableDef, f: &FileMeta) -> (i64, i64) {
+    let unknown = (i64::MIN, i64::MAX);
+    let Some(tc) = &table.time_column else {
+        return unknown;
+    };
+    let Some(col) = table.column(tc) else {
+        return unknown;
+    };
+    let Some(st) = f.stats.iter().find(|s| &s.column == tc) else {
+        return unknown;
+    };
+    let vals = [st.min.as_deref(), st.max.as_deref()];
+    let micros = stats_array(&vals, &col.sql_type.to_arrow()).and_then(|a| {
+        arrow::compute::cast(
+            &a,
+            &arrow::datatypes::DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None),
+        )
+        .ok()
+    });
+    match micros {
+        Some(a) => {
+            use arrow::array::AsArray;
+            let p = a.as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+            let lo = if arrow::array::Array::is_valid(p, 0) {
+                p.value(0)
+            } else {
+                i64::MIN
+            };
+            let hi = if arrow::array::Array::is_valid(p, 1) {
+                p.value(1)
+            } else {
+                i64::MAX
+            };
+            (lo, hi)
+        }
+        None => unknown,
+    }
+}

@@ -247,6 +247,8 @@ mod tests {
             line_protocol: false,
             retention: None,
             lp_columns: false,
+            cagg: None,
+            invalidations: vec![],
         })
     }
 

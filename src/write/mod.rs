@@ -317,9 +317,15 @@ impl WriteService {
     /// Removes or replaces files of a table in one catalog step (compaction,
     /// DELETE, drop_chunks, TRUNCATE); the caller deletes the old objects once
     /// readers are done with them.
-    pub fn edit_files(&self, table_id: u64, edits: &[FileEdit]) -> Result<()> {
+    /// `invalidated`: the time ranges whose rows changed (none for compaction).
+    pub fn edit_files(
+        &self,
+        table_id: u64,
+        edits: &[FileEdit],
+        invalidated: &[crate::catalog::cagg::Range],
+    ) -> Result<()> {
         let _v = self.visibility.write();
-        self.catalog.edit_files(table_id, edits)
+        self.catalog.edit_files(table_id, edits, invalidated)
     }
 
     /// Drops the memtable rows of a table (DROP TABLE).
@@ -433,9 +439,19 @@ impl WriteService {
             }
         }
         let count = new_files.len();
+        // What the flushed rows cover leaves the WAL for the catalog in the same
+        // step: continuous aggregates over these tables must see it changed.
+        let mut invalidated = vec![];
+        for (table_id, chunks) in frozen {
+            let mut ranges = vec![];
+            for b in chunks.values().flatten() {
+                crate::catalog::cagg::add_range(&mut ranges, (b.min_time, b.max_time));
+            }
+            invalidated.extend(ranges.into_iter().map(|r| (*table_id, r)));
+        }
         {
             let _v = self.visibility.write();
-            self.catalog.add_files(new_files, seq)?;
+            self.catalog.add_files(new_files, seq, &invalidated)?;
             let mut mem = self.mem.write();
             mem.frozen = None;
             mem.frozen_bytes = 0;

@@ -512,7 +512,6 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
     for name in [
         "pg_get_indexdef",
         "pg_get_constraintdef",
-        "pg_get_viewdef",
         "pg_get_triggerdef",
         "pg_get_ruledef",
     ] {
@@ -540,6 +539,38 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
         fns.push(always_bool(name, &[A, A, A, A], 2, true));
     }
     fns.push(always_bool("pg_is_other_temp_schema", &[O], 1, false));
+    // pg_get_viewdef(view oid [, pretty]): the stored definition, as psql's \d+ shows it.
+    let c = cat.clone();
+    fns.push(udf(
+        "pg_get_viewdef",
+        &[O, A],
+        1,
+        Utf8,
+        Volatility::Stable,
+        move |a, _| {
+            let m = c.engine.catalog().snapshot();
+            let views: Vec<(i64, String)> = m
+                .database(&c.db)
+                .map(|d| {
+                    d.views
+                        .values()
+                        .map(|v| (i64::from(super::table_oid(v.id)), format!(" {};", v.sql)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let out: StringArray = ints(&a[0])?
+                .into_iter()
+                .map(|o| {
+                    let o = o?;
+                    views
+                        .iter()
+                        .find(|(oid, _)| *oid == o)
+                        .map(|(_, d)| d.clone())
+                })
+                .collect();
+            Ok(Arc::new(out))
+        },
+    ));
     let c = cat.clone();
     let size = move |a: &[ArrayRef], _: usize| -> Result<ArrayRef> {
         let rels = relations(&c);

@@ -561,7 +561,8 @@ pub fn relations(ctx: &CatalogCtx) -> Vec<Rel> {
                 oid: table_oid(v.id),
                 name: v.name.clone(),
                 ns: NS_PUBLIC,
-                kind: b'v',
+                // A continuous aggregate lists as a materialized view (psql's \dm).
+                kind: if v.cagg.is_some() { b'm' } else { b'v' },
                 atts: v
                     .columns
                     .iter()
