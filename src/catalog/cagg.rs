@@ -86,7 +86,8 @@ pub struct BucketDef {
 impl BucketDef {
     /// Whether every bucket has the same width in microseconds.
     pub fn fixed_width(&self) -> Option<i64> {
-        if self.months != 0 || self.timezone.is_some() && self.days != 0 {
+        // Buckets in a time zone stretch and shrink with daylight saving.
+        if self.months != 0 || self.timezone.is_some() {
             return None;
         }
         Some(

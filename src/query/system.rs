@@ -460,8 +460,10 @@ fn policy_jobs(engine: &Engine, db: &str) -> Vec<JobRow> {
                 schedule_interval_micros: r.schedule_interval_micros,
                 proc_name: "policy_retention",
                 check_name: "policy_retention_check",
-                config: serde_json::json!({"drop_after": r.drop_after_text, "hypertable_id": t.id})
-                    .to_string(),
+                config: jsonb_text(&[
+                    ("drop_after", serde_json::json!(r.drop_after_text)),
+                    ("hypertable_id", serde_json::json!(t.id)),
+                ]),
                 hypertable_name: t.name.clone(),
             });
         }
@@ -472,18 +474,33 @@ fn policy_jobs(engine: &Engine, db: &str) -> Vec<JobRow> {
                 schedule_interval_micros: p.schedule_interval_micros,
                 proc_name: "policy_refresh_continuous_aggregate",
                 check_name: "policy_refresh_continuous_aggregate_check",
-                config: serde_json::json!({
-                    "end_offset": p.end_offset_text,
-                    "start_offset": p.start_offset_text,
-                    "mat_hypertable_id": t.id,
-                })
-                .to_string(),
-                hypertable_name: t.name.clone(),
+                config: jsonb_text(&[
+                    ("end_offset", serde_json::json!(p.end_offset_text)),
+                    ("start_offset", serde_json::json!(p.start_offset_text)),
+                    ("mat_hypertable_id", serde_json::json!(t.id)),
+                ]),
+                // TimescaleDB names the continuous aggregate here.
+                hypertable_name: t
+                    .cagg
+                    .as_ref()
+                    .map_or_else(|| t.name.clone(), |c| c.view.clone()),
             });
         }
     }
     out.sort_by_key(|j| j.id);
     out
+}
+
+/// An object as PostgreSQL prints a `jsonb`: keys shortest first, then by bytes,
+/// with `": "` and `", "` between.
+fn jsonb_text(pairs: &[(&str, serde_json::Value)]) -> String {
+    let mut pairs: Vec<&(&str, serde_json::Value)> = pairs.iter().collect();
+    pairs.sort_by(|a, b| (a.0.len(), a.0).cmp(&(b.0.len(), b.0)));
+    let items: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{}: {v}", serde_json::Value::from(*k)))
+        .collect();
+    format!("{{{}}}", items.join(", "))
 }
 
 fn jobs(engine: &Engine, db: &str) -> DfResult<RecordBatch> {

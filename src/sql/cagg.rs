@@ -362,10 +362,10 @@ fn source_of(
             )));
         }
         if !t.is_hypertable() {
-            return Err(Error::sql(
-                "TS102",
-                format!("table \"{rel}\" is not a hypertable"),
-            ));
+            return Err(Error::NotSupported(format!(
+                "invalid continuous aggregate view: at least one hypertable should be used in \
+                 the view definition (\"{rel}\" is not a hypertable)"
+            )));
         }
         return Ok((t.clone(), None));
     }
@@ -508,15 +508,19 @@ async fn bucketing(s: &Session, select: &ast::Select, time: &str) -> Result<Buck
         let e = arg(i).ok_or_else(|| invalid("named time_bucket arguments"))?;
         let v = s.scalar(e).await?;
         match v {
-            ScalarValue::Utf8(Some(z)) | ScalarValue::Utf8View(Some(z)) if i == 2 => {
-                time_bucket::parse_zone(&z)?;
+            // A third text argument is a time zone, else an origin (as time_bucket reads it).
+            ScalarValue::Utf8(Some(z)) | ScalarValue::Utf8View(Some(z))
+                if i == 2 && time_bucket::parse_zone(&z).is_ok() =>
+            {
                 bucket.timezone = Some(z);
             }
             ScalarValue::IntervalMonthDayNano(Some(o)) => {
                 if o.months != 0 {
                     return Err(invalid("a time bucket offset in months"));
                 }
-                bucket.offset = i64::from(o.days) * 86_400_000_000 + o.nanoseconds / 1000;
+                bucket.offset = i64::from(o.days)
+                    .saturating_mul(86_400_000_000)
+                    .saturating_add(o.nanoseconds / 1000);
             }
             ScalarValue::TimestampMicrosecond(Some(t), _) => bucket.origin = Some(t),
             ScalarValue::TimestampNanosecond(Some(t), _) => bucket.origin = Some(t / 1000),
@@ -534,25 +538,29 @@ async fn bucketing(s: &Session, select: &ast::Select, time: &str) -> Result<Buck
             other => return Err(invalid(&format!("time_bucket argument {other}"))),
         }
     }
-    if let (Some(z), Some(o)) = (&bucket.timezone, bucket.origin) {
-        // The origin is a local wall-clock time in the bucket's zone.
-        let zone = time_bucket::parse_zone(z)?;
-        bucket.origin = Some(time_bucket::to_local(&zone, o)?);
-    }
     Ok(Bucketing { item, bucket })
 }
 
 /// TimescaleDB's rule for a continuous aggregate on another: its bucket is at
 /// least as wide as the parent's and a multiple of it.
 fn check_hierarchy(name: &str, b: &BucketDef, parent: &str, pb: &BucketDef) -> Result<()> {
+    if b.timezone != pb.timezone || b.origin != pb.origin || b.offset != pb.offset {
+        return Err(Error::NotSupported(format!(
+            "cannot create continuous aggregate \"{name}\" with a different time zone, origin \
+             or offset than \"{parent}\": its buckets would split the parent's"
+        )));
+    }
     if b.fixed_width().is_some() && pb.fixed_width().is_none() {
         return Err(Error::NotSupported(
             "cannot create continuous aggregate with fixed-width bucket on top of one using variable-width bucket".into(),
         ));
     }
     // TimescaleDB compares widths with months as 30 days.
-    let w =
-        |b: &BucketDef| (i64::from(b.months) * 30 + i64::from(b.days)) * 86_400_000_000 + b.micros;
+    let w = |b: &BucketDef| {
+        (i64::from(b.months) * 30 + i64::from(b.days))
+            .saturating_mul(86_400_000_000)
+            .saturating_add(b.micros)
+    };
     let (c, p) = (w(b), w(pb));
     let msg = if c < p {
         Some("greater or equal than")
@@ -575,14 +583,15 @@ fn bucket_start(b: &BucketDef, ts: i64) -> Result<i64> {
     let nanos = b.micros.saturating_mul(1000);
     Ok(match &b.timezone {
         None => time_bucket::bucket(b.months, b.days, nanos, ts, b.origin, b.offset)?,
-        Some(z) => {
-            let zone = time_bucket::parse_zone(z)?;
-            let local = time_bucket::to_local(&zone, ts)?;
-            time_bucket::from_local(
-                &zone,
-                time_bucket::bucket(b.months, b.days, nanos, local, b.origin, b.offset)?,
-            )?
-        }
+        Some(z) => time_bucket::bucket_in_zone(
+            &time_bucket::parse_zone(z)?,
+            b.months,
+            b.days,
+            nanos,
+            ts,
+            b.origin,
+            b.offset,
+        )?,
     })
 }
 
@@ -594,8 +603,37 @@ fn bucket_end(b: &BucketDef, start: i64) -> Result<i64> {
     }
 }
 
-/// `r` (inclusive) widened to whole buckets, as `[start, end)`; open ends stay open.
-fn align(b: &BucketDef, r: Range) -> Result<(i64, i64)> {
+/// The smallest instant whose bucket starts at or after `label` (µs; rows of the
+/// buckets from `label` on begin here). Exact for every bucket kind: buckets in a
+/// time zone move with daylight saving, so this searches the monotonic mapping
+/// from instants to bucket starts rather than assuming a width.
+fn first_instant(b: &BucketDef, label: i64) -> Result<i64> {
+    if label == i64::MIN {
+        return Ok(i64::MIN);
+    }
+    if let Some(w) = b.fixed_width() {
+        let start = bucket_start(b, label)?;
+        return Ok(if start == label {
+            label
+        } else {
+            start.saturating_add(w)
+        });
+    }
+    let slack = b.max_width().saturating_add(86_400_000_000);
+    let (mut lo, mut hi) = (label.saturating_sub(slack), label.saturating_add(slack));
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if bucket_start(b, mid)? >= label {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(lo)
+}
+
+/// The bucket starts (labels) of the rows in time range `r` (inclusive ranges).
+fn labels_of(b: &BucketDef, r: Range) -> Result<Range> {
     let lo = if r.0 == i64::MIN {
         i64::MIN
     } else {
@@ -604,17 +642,28 @@ fn align(b: &BucketDef, r: Range) -> Result<(i64, i64)> {
     let hi = if r.1 == i64::MAX {
         i64::MAX
     } else {
-        bucket_end(b, bucket_start(b, r.1)?)?
+        bucket_start(b, r.1)?
     };
     Ok((lo, hi))
 }
 
-/// Half-open ranges, merged, as inclusive ones.
-fn merged(ranges: impl IntoIterator<Item = (i64, i64)>) -> Vec<Range> {
+/// The instants whose buckets start within label range `l` (inclusive ranges).
+fn instants_of(b: &BucketDef, l: Range) -> Result<Range> {
+    let lo = first_instant(b, l.0)?;
+    let hi = if l.1 == i64::MAX {
+        i64::MAX
+    } else {
+        first_instant(b, l.1.saturating_add(1))?.saturating_sub(1)
+    };
+    Ok((lo, hi))
+}
+
+/// Inclusive ranges, merged.
+fn merged(ranges: impl IntoIterator<Item = Range>) -> Vec<Range> {
     let mut out = vec![];
     for (lo, hi) in ranges {
-        if hi > lo {
-            add_range(&mut out, (lo, if hi == i64::MAX { hi } else { hi - 1 }));
+        if hi >= lo {
+            add_range(&mut out, (lo, hi));
         }
     }
     out
@@ -626,9 +675,16 @@ fn q(name: &str) -> String {
 }
 
 /// A point in time as a literal of `ty`.
-fn time_literal(ty: &SqlType, micros: i64) -> String {
-    let dt = chrono::DateTime::from_timestamp_micros(micros).unwrap_or_default();
-    match ty {
+fn time_literal(ty: &SqlType, micros: i64) -> Result<String> {
+    let dt = chrono::DateTime::from_timestamp_micros(micros)
+        .filter(|d| (1..=9999).contains(&chrono::Datelike::year(d)))
+        .ok_or_else(|| {
+            Error::sql(
+                "22008",
+                "continuous aggregates hold times from year 1 to 9999",
+            )
+        })?;
+    Ok(match ty {
         SqlType::Date => format!("CAST('{}' AS date)", dt.format("%Y-%m-%d")),
         SqlType::Timestamp => {
             format!(
@@ -640,33 +696,31 @@ fn time_literal(ty: &SqlType, micros: i64) -> String {
             "CAST('{}+00' AS timestamptz)",
             dt.format("%Y-%m-%d %H:%M:%S%.6f")
         ),
-    }
+    })
 }
 
 /// SQL that is true where `col` (of type `ty`) lies in one of `ranges` (inclusive).
-fn in_ranges(col: &str, ty: &SqlType, ranges: &[Range]) -> String {
+fn in_ranges(col: &str, ty: &SqlType, ranges: &[Range]) -> Result<String> {
     if ranges.is_empty() {
-        return "false".into();
+        return Ok("false".into());
     }
     let col = q(col);
-    let parts: Vec<String> = ranges
-        .iter()
-        .map(|&(lo, hi)| {
-            let mut c = vec![];
-            if lo != i64::MIN {
-                c.push(format!("{col} >= {}", time_literal(ty, lo)));
-            }
-            if hi != i64::MAX {
-                c.push(format!("{col} <= {}", time_literal(ty, hi)));
-            }
-            if c.is_empty() {
-                "true".to_string()
-            } else {
-                format!("({})", c.join(" AND "))
-            }
-        })
-        .collect();
-    format!("({})", parts.join(" OR "))
+    let mut parts = vec![];
+    for &(lo, hi) in ranges {
+        let mut c = vec![];
+        if lo != i64::MIN {
+            c.push(format!("{col} >= {}", time_literal(ty, lo)?));
+        }
+        if hi != i64::MAX {
+            c.push(format!("{col} <= {}", time_literal(ty, hi)?));
+        }
+        parts.push(if c.is_empty() {
+            "true".to_string()
+        } else {
+            format!("({})", c.join(" AND "))
+        });
+    }
+    Ok(format!("({})", parts.join(" OR ")))
 }
 
 /// The defining query with `extra` ANDed into its WHERE and, for a hierarchical
@@ -704,57 +758,101 @@ fn restricted(sql: &str, extra: &str, replace: Option<(&str, &str)>) -> Result<S
     Ok(q.to_string())
 }
 
-/// Where the materialization is valid up to: the end of its newest bucket
-/// (TimescaleDB's watermark); `None` when nothing is materialized.
-fn watermark(mat: &TableDef, b: &BucketDef) -> Result<Option<i64>> {
-    let newest = mat
-        .files
+/// The newest bucket start materialized (TimescaleDB's watermark is the end of
+/// that bucket); `None` when nothing is materialized.
+fn newest_label(mat: &TableDef) -> Option<i64> {
+    mat.files
         .iter()
         .filter(|f| f.rows > 0)
         .map(|f| crate::storage::file_time_range(mat, f).1)
-        .max();
-    match newest {
-        Some(t) if t != i64::MAX => Ok(Some(bucket_end(b, bucket_start(b, t)?)?)),
-        _ => Ok(None),
-    }
+        .max()
+        .filter(|t| *t != i64::MAX)
 }
 
-/// Source ranges whose materialized buckets are not valid now: the aggregate's
-/// log, its source's log, and the source rows still in memory.
-fn stale(engine: &Engine, m: &Manifest, db: &str, mat: &TableDef, c: &CaggDef) -> Vec<Range> {
-    let mut out = c.invalidations.clone();
-    if let Ok(d) = m.database(db)
-        && let Some(src) = d.tables.values().find(|t| t.id == c.source_id)
-    {
-        for r in &src.invalidations {
-            add_range(&mut out, *r);
-        }
-    }
-    if let Some(v) = engine.view(c.source_id) {
+/// Source time ranges of the rows still in memory (not yet in the catalog's logs).
+fn in_memory(engine: &Engine, table_id: u64) -> Vec<Range> {
+    let mut out = vec![];
+    if let Some(v) = engine.view(table_id) {
         for (_, batches) in &v.mem {
             for b in batches {
                 add_range(&mut out, (b.min_time, b.max_time));
             }
         }
     }
-    let _ = mat;
     out
+}
+
+/// Label ranges (bucket starts) of continuous aggregate `c` whose materialized rows
+/// are not valid now: its log, its source's log and the source rows in memory
+/// (`mem`, read before `m` was taken: a flush moves rows from memory into the log
+/// in one step, so nothing falls between), everything past the newest
+/// materialized bucket, and what a real-time parent does not hold materialized.
+fn stale_labels(
+    engine: &Engine,
+    m: &Manifest,
+    db: &str,
+    mat: &TableDef,
+    mem: &[Range],
+) -> Result<Vec<Range>> {
+    let c = cagg_of(mat)?;
+    let d = m.database(db)?;
+    let mut times = c.invalidations.clone();
+    let source = d.tables.values().find(|t| t.id == c.source_id);
+    if let Some(src) = source {
+        for r in &src.invalidations {
+            add_range(&mut times, *r);
+        }
+    }
+    for r in mem {
+        add_range(&mut times, *r);
+    }
+    // A real-time parent shows more than its materialization holds.
+    if let Some(src) = source
+        && src.cagg.as_ref().is_some_and(|pc| !pc.materialized_only)
+    {
+        for r in stale_labels(
+            engine,
+            m,
+            db,
+            src,
+            &in_memory(engine, cagg_of(src)?.source_id),
+        )? {
+            add_range(&mut times, r);
+        }
+    }
+    let mut labels = vec![];
+    for r in times {
+        add_range(&mut labels, labels_of(&c.bucket, r)?);
+    }
+    let past = newest_label(mat).map_or(i64::MIN, |t| t.saturating_add(1));
+    add_range(&mut labels, (past, i64::MAX));
+    Ok(labels)
 }
 
 /// The SQL a query of continuous aggregate view (materialization table `mat_id`)
 /// reads: the materialization, and for a real-time aggregate the defining query
 /// over the raw rows of every bucket not validly materialized.
-pub fn view_sql(engine: &Engine, m: &Manifest, db: &str, mat_id: u64) -> Result<String> {
+pub fn view_sql(engine: &Engine, db: &str, mat_id: u64) -> Result<String> {
+    // Memory first, then the catalog (see `stale_labels`).
+    let source_id = engine
+        .catalog()
+        .snapshot()
+        .database(db)?
+        .tables
+        .values()
+        .find(|t| t.id == mat_id)
+        .and_then(|t| t.cagg.as_ref().map(|c| c.source_id));
+    let mem = source_id
+        .map(|id| in_memory(engine, id))
+        .unwrap_or_default();
+    let m = engine.catalog().snapshot();
     let d = m.database(db)?;
     let mat = d
         .tables
         .values()
         .find(|t| t.id == mat_id)
         .ok_or_else(|| Error::UndefinedTable(format!("table id {mat_id}")))?;
-    let c = mat
-        .cagg
-        .as_ref()
-        .ok_or_else(|| Error::Internal(format!("{} is not a materialization", mat.name)))?;
+    let c = cagg_of(mat)?;
     let cols: Vec<String> = mat.columns.iter().map(|c| q(&c.name)).collect();
     let from = format!("SELECT {} FROM {}", cols.join(", "), q(&mat.name));
     if c.materialized_only {
@@ -771,22 +869,20 @@ pub fn view_sql(engine: &Engine, m: &Manifest, db: &str, mat_id: u64) -> Result<
         .and_then(|t| t.column(&c.source_time))
         .map(|c| c.sql_type.clone())
         .unwrap_or(SqlType::Timestamptz);
-    // Raw where nothing valid is materialized: at or past the watermark, and
-    // buckets invalidated below it.
-    let wm = watermark(mat, &c.bucket)?;
-    let mut raw: Vec<(i64, i64)> = vec![(wm.unwrap_or(i64::MIN), i64::MAX)];
-    for r in stale(engine, m, db, mat, c) {
-        let (lo, hi) = align(&c.bucket, r)?;
-        if wm.is_none_or(|w| lo < w) {
-            raw.push((lo, hi));
-        }
+    let labels = stale_labels(engine, &m, db, mat, &mem)?;
+    let mut times = vec![];
+    for l in &labels {
+        add_range(&mut times, instants_of(&c.bucket, *l)?);
     }
-    let raw = merged(raw);
     let mat_part = format!(
         "{from} WHERE NOT {}",
-        in_ranges(&c.bucket_column, &bucket_ty, &raw)
+        in_ranges(&c.bucket_column, &bucket_ty, &labels)?
     );
-    let raw_part = restricted(&c.sql, &in_ranges(&c.source_time, &source_ty, &raw), None)?;
+    let raw_part = restricted(
+        &c.sql,
+        &in_ranges(&c.source_time, &source_ty, &times)?,
+        None,
+    )?;
     Ok(format!(
         "{mat_part} UNION ALL SELECT * FROM ({raw_part}) AS _sundial_raw"
     ))
@@ -810,7 +906,13 @@ pub async fn refresh(
     end: Option<i64>,
     force: bool,
 ) -> Result<Refreshed> {
-    let done = refresh_window(s, view, start, end, force).await?;
+    let done = match refresh_window(s, view, start, end, force).await {
+        // A compaction of the materialization replaced files meanwhile: once more.
+        Err(Error::Catalog(m)) if m.contains("concurrently") => {
+            refresh_window(s, view, start, end, force).await?
+        }
+        other => other?,
+    };
     s.engine
         .shared::<crate::engine::jobs::CaggRefreshes>()
         .record(&s.db, view, done.buckets, done.rows);
@@ -832,17 +934,7 @@ async fn refresh_window(
     let c = cagg_of(&mat)?.clone();
     let b = &c.bucket;
     // Only buckets wholly inside the window.
-    let lo = match start {
-        None => i64::MIN,
-        Some(t) => {
-            let bs = bucket_start(b, t)?;
-            if bs == t { t } else { bucket_end(b, bs)? }
-        }
-    };
-    let hi = match end {
-        None => i64::MAX,
-        Some(t) => bucket_start(b, t)?,
-    };
+    let (lo, hi) = aligned_window(b, start, end)?;
     if lo >= hi {
         return Ok(Refreshed::default());
     }
@@ -853,12 +945,17 @@ async fn refresh_window(
     let m = engine.catalog().snapshot();
     let mat = cagg_table(&m, &s.db, view)?;
     let c = cagg_of(&mat)?.clone();
+    // Labels of whole buckets inside the window (inclusive).
     let window = (lo, if hi == i64::MAX { hi } else { hi - 1 });
-    let todo = if force {
-        vec![window]
+    let mut wanted = vec![];
+    if force {
+        wanted.push(window);
     } else {
-        intersect(&c.invalidations, window)
-    };
+        for r in &c.invalidations {
+            let l = labels_of(b, *r)?;
+            wanted.extend(intersect(&[l], window));
+        }
+    }
     // Open ends stop at the data: what the source holds and what is materialized
     // (buckets whose rows were deleted must go too).
     let source = m
@@ -868,39 +965,30 @@ async fn refresh_window(
         .find(|t| t.id == c.source_id)
         .cloned()
         .ok_or_else(|| Error::UndefinedTable(format!("table id {}", c.source_id)))?;
-    let mut data: Option<Range> = None;
-    let mut extend = |r: Range| {
-        data = Some(match data {
-            None => r,
-            Some(d) => (d.0.min(r.0), d.1.max(r.1)),
-        });
-    };
+    let mut data: Vec<Range> = vec![];
     for f in source.files.iter().filter(|f| f.rows > 0) {
-        extend(crate::storage::file_time_range(&source, f));
+        let r = crate::storage::file_time_range(&source, f);
+        add_range(&mut data, labels_of(b, r)?);
     }
-    if let Some(v) = engine.view(source.id) {
-        for (_, batches) in &v.mem {
-            for mb in batches {
-                extend((mb.min_time, mb.max_time));
-            }
-        }
+    for r in in_memory(engine, source.id) {
+        add_range(&mut data, labels_of(b, r)?);
     }
     for f in mat.files.iter().filter(|f| f.rows > 0) {
-        extend(crate::storage::file_time_range(&mat, f));
+        add_range(&mut data, crate::storage::file_time_range(&mat, f));
     }
-    let Some(data) = data else {
+    let (Some(first), Some(last)) = (data.first(), data.last()) else {
         return Ok(Refreshed::default());
     };
-    let (dlo, dhi) = align(b, data)?;
-    // Whole buckets, inside the window and the data.
-    let mut ranges = vec![];
-    for r in todo {
-        let (a, z) = align(b, r)?;
-        ranges.push((a.max(lo).max(dlo), z.min(hi).min(dhi)));
-    }
-    let ranges = merged(ranges);
-    if ranges.is_empty() {
+    let bounds = (first.0, last.1);
+    let labels = merged(wanted.into_iter().flat_map(|r| intersect(&[r], bounds)));
+    if labels.is_empty() {
         return Ok(Refreshed::default());
+    }
+    // The instants whose buckets these are: what is recomputed, and what leaves the
+    // aggregate's log.
+    let mut ranges = vec![];
+    for l in &labels {
+        add_range(&mut ranges, instants_of(b, *l)?);
     }
     let source_ty = source
         .column(&c.source_time)
@@ -909,7 +997,7 @@ async fn refresh_window(
     let replace = c.parent.as_deref().map(|p| (p, source.name.as_str()));
     let sql = restricted(
         &c.sql,
-        &in_ranges(&c.source_time, &source_ty, &ranges),
+        &in_ranges(&c.source_time, &source_ty, &ranges)?,
         replace,
     )?;
     let state = s.ctx.state();
@@ -936,7 +1024,7 @@ async fn refresh_window(
         .column(&c.bucket_column)
         .map(|c| c.sql_type.clone())
         .unwrap_or(SqlType::Timestamptz);
-    let pred_sql = in_ranges(&c.bucket_column, &bucket_ty, &ranges);
+    let pred_sql = in_ranges(&c.bucket_column, &bucket_ty, &labels)?;
     let logical = state
         .create_logical_expr(&pred_sql, &crate::query::staged::qualified_schema(&mat)?)
         .map_err(Error::from)?;
@@ -944,17 +1032,11 @@ async fn refresh_window(
     let pred = state.create_physical_expr(logical.clone(), &df_schema)?;
     let files = crate::query::provider::files_to_delete_from(&state, &mat, &logical, &pred)?;
     let buckets = match b.fixed_width() {
-        Some(w) if w > 0 => ranges
+        Some(w) if w > 0 => labels
             .iter()
-            .map(|&(a, z)| {
-                if a == i64::MIN || z == i64::MAX {
-                    0
-                } else {
-                    ((z - a + 1) / w) as u64
-                }
-            })
+            .map(|&(a, z)| (z.saturating_sub(a) / w).saturating_add(1) as u64)
             .sum(),
-        _ => ranges.len() as u64,
+        _ => labels.len() as u64,
     };
     engine
         .commit_changes(
@@ -989,30 +1071,50 @@ fn cagg_of(mat: &TableDef) -> Result<&CaggDef> {
         .ok_or_else(|| Error::Internal(format!("{} is not a materialization", mat.name)))
 }
 
-/// The materialization table of continuous aggregate `view` (42809 when `view`
-/// is something else, 42P01 when absent).
-fn cagg_table(m: &Manifest, db: &str, view: &str) -> Result<Arc<TableDef>> {
+/// The materialization table of continuous aggregate `view`: 42P01 when absent,
+/// `code` when `view` is another relation (TimescaleDB answers 22023 in a refresh,
+/// 0A000 in the policy functions).
+fn cagg_table_or(m: &Manifest, db: &str, view: &str, code: &'static str) -> Result<Arc<TableDef>> {
     let d = m.database(db)?;
+    let not = || {
+        Error::sql(
+            code,
+            format!("relation \"{view}\" is not a continuous aggregate"),
+        )
+    };
     let Some(v) = d.views.get(view) else {
         if d.tables.contains_key(view) {
-            return Err(Error::sql(
-                "42809",
-                format!("relation \"{view}\" is not a continuous aggregate"),
-            ));
+            return Err(not());
         }
         return Err(Error::UndefinedTable(view.to_string()));
     };
-    let Some(id) = v.cagg else {
-        return Err(Error::sql(
-            "42809",
-            format!("relation \"{view}\" is not a continuous aggregate"),
-        ));
-    };
+    let id = v.cagg.ok_or_else(not)?;
     d.tables
         .values()
         .find(|t| t.id == id && t.cagg.is_some())
         .cloned()
         .ok_or_else(|| Error::UndefinedTable(view.to_string()))
+}
+
+/// [`cagg_table_or`] with PostgreSQL's 42809 (wrong kind of object).
+fn cagg_table(m: &Manifest, db: &str, view: &str) -> Result<Arc<TableDef>> {
+    cagg_table_or(m, db, view, "42809")
+}
+
+/// The whole buckets inside `[start, end)` (open ends unbounded), as `[lo, hi)`.
+fn aligned_window(b: &BucketDef, start: Option<i64>, end: Option<i64>) -> Result<(i64, i64)> {
+    let lo = match start {
+        None => i64::MIN,
+        Some(t) => {
+            let bs = bucket_start(b, t)?;
+            if bs == t { t } else { bucket_end(b, bs)? }
+        }
+    };
+    let hi = match end {
+        None => i64::MAX,
+        Some(t) => bucket_start(b, t)?,
+    };
+    Ok((lo, hi))
 }
 
 /// A refresh window bound: NULL is open; a timestamp, date or timestamp text.
@@ -1113,15 +1215,15 @@ pub async fn call_refresh(s: &Session, f: &ast::Function) -> Result<Output> {
         Some(e) => args::truthy(&args::literal_text(e).unwrap_or_else(|| e.to_string())),
         None => false,
     };
-    if let (Some(a), Some(b)) = (start, end)
-        && a >= b
-    {
+    let mat = cagg_table_or(&s.engine.catalog().snapshot(), &s.db, &view, "22023")?;
+    let (lo, hi) = aligned_window(&cagg_of(&mat)?.bucket, start, end)?;
+    if lo >= hi {
         return Err(Error::sql(
             "22023",
-            "invalid refresh window: the start of the window must be before the end",
+            "refresh window too small: the refresh window must cover at least one bucket \
+             of data (align it with the buckets or cover at least two)",
         ));
     }
-    cagg_table(&s.engine.catalog().snapshot(), &s.db, &view)?;
     refresh(s, &view, start, end, force).await?;
     Ok(Output::Command("CALL".into()))
 }
@@ -1285,7 +1387,7 @@ pub async fn add_policy(s: &Session, list: &[FunctionArg]) -> Result<i64> {
         .as_ref()
         .ok_or_else(|| Error::sql("42883", format!("{FUNC} needs a continuous aggregate")))
         .and_then(args::regclass_name)?;
-    let mat = cagg_table(&s.engine.catalog().snapshot(), &s.db, &view)?;
+    let mat = cagg_table_or(&s.engine.catalog().snapshot(), &s.db, &view, "0A000")?;
     let c = cagg_of(&mat)?.clone();
     let (Some(start_e), Some(end_e), Some(sched_e)) = (&a[1], &a[2], &a[3]) else {
         return Err(Error::sql(
@@ -1306,8 +1408,9 @@ pub async fn add_policy(s: &Session, list: &[FunctionArg]) -> Result<i64> {
     }
     // TimescaleDB: the window covers at least two buckets.
     if let (Some((st, _)), Some((en, _))) = (&start, &end) {
-        let width = (i64::from(c.bucket.months) * 30 + i64::from(c.bucket.days)) * 86_400_000_000
-            + c.bucket.micros;
+        let width = (i64::from(c.bucket.months) * 30 + i64::from(c.bucket.days))
+            .saturating_mul(86_400_000_000)
+            .saturating_add(c.bucket.micros);
         if st.saturating_sub(*en) < width.saturating_mul(2) {
             return Err(Error::sql(
                 "22023",
@@ -1334,21 +1437,17 @@ pub async fn add_policy(s: &Session, list: &[FunctionArg]) -> Result<i64> {
             Ok(p.job_id)
         }
         Ok(None) => Err(Error::Internal("policy not set".into())),
-        Err(old) if flag(a[4].as_ref()) => {
-            let same = old.start_offset == policy.start_offset
-                && old.end_offset == policy.end_offset
-                && old.schedule_interval_micros == policy.schedule_interval_micros;
-            if !same {
-                tracing::warn!(
-                    view,
-                    "a different continuous aggregate policy exists; kept it"
-                );
-            }
-            Ok(old.job_id)
+        // TimescaleDB: skipped with a notice, and -1 for the job id.
+        Err(_) if flag(a[4].as_ref()) => {
+            tracing::info!(
+                view,
+                "continuous aggregate refresh policy already exists, skipping"
+            );
+            Ok(-1)
         }
         Err(_) => Err(Error::sql(
-            "42710",
-            format!("continuous aggregate policy already exists for \"{view}\""),
+            "22023",
+            format!("continuous aggregate refresh policy already exists for \"{view}\""),
         )),
     }
 }

@@ -85,6 +85,10 @@ pub enum Prepared {
         /// The statement, when roles are checked: privileges are checked again at
         /// each execution (a REVOKE after the Parse takes effect at once).
         source: Option<Box<Statement>>,
+        /// A plan that reads a continuous aggregate holds what was materialized
+        /// when it was planned: the statement (and its declared parameter types)
+        /// is planned again at every execution.
+        fresh: Option<Box<(Statement, Vec<Option<arrow::datatypes::DataType>>)>>,
     },
     /// Handled by Sundial itself.
     Native(Box<Statement>),
@@ -962,6 +966,7 @@ impl Session {
         if is_native(&stmt) {
             return Ok(Prepared::Native(Box::new(stmt)));
         }
+        let original = stmt.clone();
         let is_dml = matches!(
             stmt,
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
@@ -996,14 +1001,16 @@ impl Session {
                     | LogicalPlan::Copy(_)
                     | LogicalPlan::Statement(_)
             );
+        let fresh = plan_cache::reads_cagg(&plan).then(|| Box::new((original, declared.to_vec())));
         Ok(Prepared::Plan {
             plan,
             is_dml,
             names,
-            cache_key: cache_key.filter(|_| plain_query),
+            cache_key: cache_key.filter(|_| plain_query && fresh.is_none()),
             gapfill: fill,
             described: None,
             source: None,
+            fresh,
         })
     }
 
@@ -1032,12 +1039,27 @@ impl Session {
                 gapfill: fill,
                 cache_key,
                 source,
+                fresh,
                 ..
             } => {
                 self.check_not_aborted(None)?;
                 if let Some(stmt) = source {
                     access::check(self, stmt)?;
                 }
+                let replanned;
+                let plan = match fresh.as_deref() {
+                    Some((stmt, declared)) => {
+                        let state = self.ctx.state();
+                        let again =
+                            Box::pin(self.prepare_in(&state, stmt.clone(), declared)).await?;
+                        let Prepared::Plan { plan, .. } = again else {
+                            return Err(Error::Internal("a query planned as native".into()));
+                        };
+                        replanned = plan;
+                        &replanned
+                    }
+                    None => plan,
+                };
                 if let Some(key) = cache_key
                     && self.plan_cache_on()
                 {

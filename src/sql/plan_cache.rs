@@ -379,6 +379,26 @@ fn bind(slots: &[Slot], literals: &[Lit]) -> Option<Vec<ScalarValue>> {
     Some(params)
 }
 
+/// Whether a plan reads the materialization of a continuous aggregate (what it
+/// shows depends on when it was planned).
+pub fn reads_cagg(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && source_as_provider(&scan.source)
+                .ok()
+                .as_deref()
+                .and_then(|p| (p as &dyn std::any::Any).downcast_ref::<HypertableProvider>())
+                .is_some_and(|p| p.table().cagg.is_some())
+        {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
 /// The tables an unoptimized query plan reads, when its optimized form may be reused:
 /// it reads only user tables (whose scans pick files when they run), calls only
 /// immutable functions (the optimizer folds `now()` and session-dependent functions

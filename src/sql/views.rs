@@ -88,7 +88,7 @@ impl crate::query::context::ViewSource for ViewPlanner {
         // A continuous aggregate reads its materialization (and raw rows where it
         // is not valid), as it is at this moment.
         let sql = match v.cagg {
-            Some(id) => super::cagg::view_sql(&self.engine, &m, &self.db, id).map_err(df_error)?,
+            Some(id) => super::cagg::view_sql(&self.engine, &self.db, id).map_err(df_error)?,
             None => v.sql.clone(),
         };
         let query = parse_query(&sql).map_err(df_error)?;
@@ -153,6 +153,14 @@ pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
         .views
         .get(&name)
         .cloned();
+    if let Some(old) = &old
+        && old.cagg.is_some()
+    {
+        return Err(Error::sql(
+            "42809",
+            format!("\"{name}\" is a continuous aggregate; use DROP MATERIALIZED VIEW first"),
+        ));
+    }
     if cv.or_replace
         && let Some(old) = &old
         && old.columns.len() > columns.len()
@@ -213,12 +221,9 @@ pub fn drop(
                 .get(&name)
                 .is_some_and(|v| v.cagg.is_some());
             if cagg {
-                return Err(Error::sql(
-                    "42809",
-                    format!(
-                        "\"{name}\" is not a view; use DROP MATERIALIZED VIEW to remove a materialized view"
-                    ),
-                ));
+                return Err(Error::NotSupported(format!(
+                    "cannot drop continuous aggregate \"{name}\" using DROP VIEW; use DROP MATERIALIZED VIEW"
+                )));
             }
             release(s, &name, "view", cascade)?;
         }

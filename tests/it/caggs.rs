@@ -382,3 +382,127 @@ async fn a_policy_refreshes_without_a_manual_call() {
     // run_job runs it by hand too.
     sql(&c, &format!("CALL run_job({job})")).await;
 }
+
+/// Bucket kinds whose widths vary (time zones across daylight saving, months) and
+/// origins and offsets: after late writes on both sides of a fall-back hour, the
+/// real-time view equals the raw GROUP BY at once, and the materialized view after a
+/// refresh of part of the range and then of all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn varying_buckets_stay_equal_to_the_raw_group_by() {
+    let server = TestServer::start();
+    let c = server.connect("sundial").await;
+    sql(
+        &c,
+        "SET TimeZone = 'UTC'; \
+         CREATE TABLE d (time timestamptz NOT NULL, v int) WITH (tsdb.hypertable, tsdb.chunk_interval = '1 day'); \
+         INSERT INTO d SELECT t, (extract(epoch FROM t)::bigint / 600) % 97 FROM generate_series(timestamptz '2024-10-30 00:00:00+00', timestamptz '2024-11-08 00:00:00+00', interval '10 minutes') AS t",
+    )
+    .await;
+    let buckets = [
+        ("tz_hour", "time_bucket('1 hour', time, 'America/New_York')"),
+        ("tz_3h", "time_bucket('3 hours', time, 'America/New_York')"),
+        ("tz_day", "time_bucket('1 day', time, 'America/New_York')"),
+        ("month", "time_bucket('1 month', time)"),
+        (
+            "origin",
+            "time_bucket('1 day', time, '2000-01-01 06:30:00+00'::timestamptz)",
+        ),
+        (
+            "offset",
+            "time_bucket('1 day', time, INTERVAL '90 minutes')",
+        ),
+    ];
+    for (name, bucket) in buckets {
+        for (suffix, mo) in [("rt", "false"), ("mo", "true")] {
+            sql(
+                &c,
+                &format!(
+                    "CREATE MATERIALIZED VIEW {name}_{suffix} WITH (timescaledb.continuous, timescaledb.materialized_only = {mo}) AS \
+                     SELECT {bucket} AS b, count(*) AS n, sum(v) AS s, min(v) AS lo FROM d GROUP BY b WITH NO DATA"
+                ),
+            )
+            .await;
+        }
+    }
+    let check = |name: &'static str, bucket: &'static str, refreshed: bool| {
+        let c = &c;
+        async move {
+            let raw = text_rows(
+                c,
+                &format!("SELECT {bucket} AS b, count(*) AS n, sum(v) AS s, min(v) AS lo FROM d GROUP BY b ORDER BY b"),
+            )
+            .await;
+            let rt = text_rows(c, &format!("SELECT * FROM {name}_rt ORDER BY b")).await;
+            assert_eq!(rt, raw, "{name}: real-time view vs raw");
+            if refreshed {
+                let mo = text_rows(c, &format!("SELECT * FROM {name}_mo ORDER BY b")).await;
+                assert_eq!(mo, raw, "{name}: materialized view vs raw");
+            }
+        }
+    };
+    for (name, bucket) in buckets {
+        check(name, bucket, false).await;
+        // Part of the range first: buckets wholly inside it.
+        for suffix in ["rt", "mo"] {
+            sql(
+                &c,
+                &format!("CALL refresh_continuous_aggregate('{name}_{suffix}', '2024-10-01', '2024-11-05')"),
+            )
+            .await;
+        }
+        check(name, bucket, false).await;
+    }
+    // Late rows on both sides of the New York fall-back hour (05:00-07:00 UTC on
+    // 2024-11-03 is 01:00-02:00 local twice) and at a month's edge.
+    sql(
+        &c,
+        "INSERT INTO d VALUES ('2024-11-03 05:30:00+00', 1000), ('2024-11-03 06:05:00+00', 2000), \
+         ('2024-10-31 23:59:59+00', 3000), ('2024-11-01 00:00:00+00', 4000), ('2024-11-04 06:29:59+00', 5000)",
+    )
+    .await;
+    for (name, bucket) in buckets {
+        check(name, bucket, false).await;
+        for suffix in ["rt", "mo"] {
+            sql(
+                &c,
+                &format!("CALL refresh_continuous_aggregate('{name}_{suffix}', NULL, NULL)"),
+            )
+            .await;
+        }
+        check(name, bucket, true).await;
+    }
+}
+
+/// A statement prepared over the extended protocol reads the real-time view as it
+/// is at each execution, not as it was when it was parsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_see_new_rows_in_a_real_time_view() {
+    let server = TestServer::start();
+    let c = server.connect("sundial").await;
+    sql(
+        &c,
+        "CREATE TABLE e (time timestamptz NOT NULL, v int) WITH (tsdb.hypertable); \
+         INSERT INTO e VALUES ('2024-01-01 00:00:00+00', 1), ('2024-01-02 00:00:00+00', 2); \
+         CREATE MATERIALIZED VIEW e_daily WITH (timescaledb.continuous, timescaledb.materialized_only = false) AS \
+         SELECT time_bucket('1 day', time) AS day, sum(v) AS s FROM e GROUP BY day",
+    )
+    .await;
+    let stmt = c
+        .prepare("SELECT s::text FROM e_daily ORDER BY day")
+        .await
+        .expect("prepare");
+    let sums = |rows: Vec<tokio_postgres::Row>| -> Vec<String> {
+        rows.iter().map(|r| r.get::<_, String>(0)).collect()
+    };
+    assert_eq!(sums(c.query(&stmt, &[]).await.expect("query")), ["1", "2"]);
+    // Below the watermark and past it.
+    sql(
+        &c,
+        "INSERT INTO e VALUES ('2024-01-01 12:00:00+00', 10), ('2024-01-03 00:00:00+00', 3)",
+    )
+    .await;
+    assert_eq!(
+        sums(c.query(&stmt, &[]).await.expect("query")),
+        ["11", "2", "3"]
+    );
+}

@@ -281,12 +281,15 @@ impl ScalarUDFImpl for TimeBucket {
                     },
                 },
             };
-            // TimescaleDB: bucket the local wall-clock time (origin also taken as local
-            // time, the offset applied to local time), convert back.
-            let local = to_local(&tz, ts.value(i))?;
-            let origin = origin.map(|o| to_local(&tz, o)).transpose()?;
-            let b = bucket(w.months, w.days, w.nanoseconds, local, origin, offset)?;
-            out.push(Some(from_local(&tz, b)?));
+            out.push(Some(bucket_in_zone(
+                &tz,
+                w.months,
+                w.days,
+                w.nanoseconds,
+                ts.value(i),
+                origin,
+                offset,
+            )?));
         }
         let arr: ArrayRef = Arc::new(TimestampMicrosecondArray::from(out));
         let result = cast(&arr, &out_type)?;
@@ -426,6 +429,36 @@ pub fn bucket(
     let shifted = ts - offset;
     let b = (shifted - origin).div_euclid(period) * period + origin;
     Ok(b + offset)
+}
+
+/// Start of the bucket holding `ts` when buckets are cut in time zone `tz`, as
+/// TimescaleDB 2.28 does: the offset is taken off in UTC, the local wall-clock time
+/// is bucketed (origin taken as local time too) and converted back, and a bucket
+/// that would start after `ts` (an ambiguous fall-back hour read as standard time)
+/// steps back one period.
+pub fn bucket_in_zone(
+    tz: &chrono_tz::Tz,
+    months: i32,
+    days: i32,
+    nanos: i64,
+    ts: i64,
+    origin: Option<i64>,
+    offset: i64,
+) -> Result<i64> {
+    let shifted = ts.saturating_sub(offset);
+    let local = to_local(tz, shifted)?;
+    let origin = origin.map(|o| to_local(tz, o)).transpose()?;
+    let b = bucket(months, days, nanos, local, origin, 0)?;
+    let mut start = from_local(tz, b)?;
+    let period = i64::from(days)
+        .saturating_mul(MICROS_PER_DAY)
+        .saturating_add(nanos / 1000);
+    if months == 0 && period > 0 {
+        while start > shifted {
+            start -= period;
+        }
+    }
+    Ok(start.saturating_add(offset))
 }
 
 /// (year, month0, µs since the start of that month).
