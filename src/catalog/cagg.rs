@@ -43,6 +43,11 @@ pub struct CaggDef {
     /// since they changed (a new aggregate starts with everything).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub invalidations: Vec<Range>,
+    /// Source ranges whose chunks were dropped (drop_chunks, retention): a refresh
+    /// over them removes their buckets, but until then the view keeps showing what
+    /// was materialized, as TimescaleDB does (aggregates outlive raw data).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<Range>,
     /// `add_continuous_aggregate_policy`: refreshed by a background job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<RefreshPolicy>,
@@ -233,9 +238,11 @@ impl Catalog {
                     .values()
                     .any(|t| t.cagg.as_ref().is_some_and(|c| c.source_id == src))
                 && let Some(s) = d.tables.values_mut().find(|t| t.id == src)
-                && !s.invalidations.is_empty()
+                && !(s.invalidations.is_empty() && s.dropped.is_empty())
             {
-                Arc::make_mut(s).invalidations.clear();
+                let s = Arc::make_mut(s);
+                s.invalidations.clear();
+                s.dropped.clear();
             }
             super::roles::forget_relation(m, db, view);
             Ok(table)
@@ -291,17 +298,20 @@ impl Catalog {
             .databases
             .values()
             .flat_map(|d| d.tables.values())
-            .any(|t| t.id == source_id && !t.invalidations.is_empty())
+            .any(|t| t.id == source_id && !(t.invalidations.is_empty() && t.dropped.is_empty()))
         {
             return Ok(());
         }
         self.update(|m| {
             for d in m.databases.values_mut() {
-                let Some(log) = d
-                    .tables
-                    .values_mut()
-                    .find(|t| t.id == source_id)
-                    .map(|t| std::mem::take(&mut Arc::make_mut(t).invalidations))
+                let Some((log, dropped)) =
+                    d.tables.values_mut().find(|t| t.id == source_id).map(|t| {
+                        let t = Arc::make_mut(t);
+                        (
+                            std::mem::take(&mut t.invalidations),
+                            std::mem::take(&mut t.dropped),
+                        )
+                    })
                 else {
                     continue;
                 };
@@ -311,6 +321,9 @@ impl Catalog {
                     {
                         for r in &log {
                             add_range(&mut c.invalidations, *r);
+                        }
+                        for r in &dropped {
+                            add_range(&mut c.dropped, *r);
                         }
                     }
                 }
@@ -338,6 +351,15 @@ fn cagg_table_mut<'a>(m: &'a mut Manifest, db: &str, view: &str) -> Result<&'a m
 /// Records that `ranges` of table `table_id` changed, when a continuous aggregate
 /// reads the table (its hypertable invalidation log); otherwise nothing is kept.
 pub(super) fn invalidate(m: &mut Manifest, table_id: u64, ranges: &[Range]) {
+    log(m, table_id, ranges, false);
+}
+
+/// Records that the chunks of `ranges` of table `table_id` were dropped.
+pub(super) fn dropped(m: &mut Manifest, table_id: u64, ranges: &[Range]) {
+    log(m, table_id, ranges, true);
+}
+
+fn log(m: &mut Manifest, table_id: u64, ranges: &[Range], drop: bool) {
     if ranges.is_empty() {
         return;
     }
@@ -354,8 +376,13 @@ pub(super) fn invalidate(m: &mut Manifest, table_id: u64, ranges: &[Range]) {
         }
         if let Some(t) = d.tables.values_mut().find(|t| t.id == table_id) {
             let t = Arc::make_mut(t);
+            let list = if drop {
+                &mut t.dropped
+            } else {
+                &mut t.invalidations
+            };
             for r in ranges {
-                add_range(&mut t.invalidations, *r);
+                add_range(list, *r);
             }
         }
         return;
@@ -377,6 +404,7 @@ pub(super) fn refreshed(m: &mut Manifest, table_id: u64, ranges: &[Range]) {
     {
         for r in ranges {
             remove_range(&mut c.invalidations, *r);
+            remove_range(&mut c.dropped, *r);
         }
     }
 }

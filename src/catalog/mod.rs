@@ -121,6 +121,10 @@ pub struct TableDef {
     /// aggregates over this table last took them (kept only while any exists).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub invalidations: Vec<cagg::Range>,
+    /// Time ranges whose chunks were dropped since continuous aggregates over this
+    /// table last took them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<cagg::Range>,
 }
 
 /// A retention policy (TimescaleDB job `policy_retention`), one per hypertable.
@@ -201,6 +205,7 @@ impl TableDef {
             lp_columns: self.lp_columns,
             cagg: self.cagg.clone(),
             invalidations: self.invalidations.clone(),
+            dropped: self.dropped.clone(),
         }
     }
 

@@ -41,6 +41,7 @@ impl NewTable {
             lp_columns: self.lp_columns,
             cagg: None,
             invalidations: vec![],
+            dropped: vec![],
         }
     }
 }
@@ -530,14 +531,17 @@ impl Catalog {
     /// drop_chunks, TRUNCATE); a replacement takes its old file's place, so files
     /// stay in arrival order. Fails, changing nothing, when any old file is gone.
     /// `invalidated`: the time ranges whose rows changed (none for compaction).
+    /// `dropped`: the time ranges whose chunks were dropped (drop_chunks).
     pub fn edit_files(
         &self,
         table_id: u64,
         edits: &[FileEdit],
         invalidated: &[super::cagg::Range],
+        dropped: &[super::cagg::Range],
     ) -> Result<()> {
         self.update(|m| {
             super::cagg::invalidate(m, table_id, invalidated);
+            super::cagg::dropped(m, table_id, dropped);
             apply_edits(m, table_id, edits, vec![])
         })
     }

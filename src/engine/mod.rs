@@ -482,7 +482,7 @@ impl Engine {
             .iter()
             .filter(|f| starts.contains(&f.chunk_start))
             .collect();
-        self.remove_files(&t, &files)?;
+        self.remove_files(&t, &files, true)?;
         tracing::info!(
             table,
             chunks = starts.len(),
@@ -517,14 +517,20 @@ impl Engine {
         }
     }
 
-    /// Removes `files` of `t` from the catalog and deletes them once readers are done.
-    fn remove_files(&self, t: &TableDef, files: &[&FileMeta]) -> Result<()> {
+    /// Removes `files` of `t` from the catalog and deletes them once readers are done;
+    /// `dropped`: whole chunks dropped (continuous aggregates keep their buckets until
+    /// a refresh), else rows deleted.
+    fn remove_files(&self, t: &TableDef, files: &[&FileMeta], dropped: bool) -> Result<()> {
         if files.is_empty() {
             return Ok(());
         }
         let edits: Vec<FileEdit> = files.iter().map(|f| (f.id, None)).collect();
         let changed = time_ranges(t, files.iter().copied());
-        self.writer.edit_files(t.id, &edits, &changed)?;
+        if dropped {
+            self.writer.edit_files(t.id, &edits, &[], &changed)?;
+        } else {
+            self.writer.edit_files(t.id, &edits, &changed, &[])?;
+        }
         self.delete_later(files.iter().map(|f| f.path.clone()).collect());
         Ok(())
     }
@@ -532,7 +538,7 @@ impl Engine {
     /// Removes every file of `t` (memtables must have been flushed). Returns the rows.
     pub fn truncate(&self, t: &TableDef) -> Result<u64> {
         let files: Vec<&FileMeta> = t.files.iter().collect();
-        self.remove_files(t, &files)?;
+        self.remove_files(t, &files, false)?;
         Ok(t.files.iter().map(|f| f.rows).sum())
     }
 
@@ -571,7 +577,7 @@ impl Engine {
         }
         if !edits.is_empty() {
             let changed = time_ranges(t, changed.into_iter());
-            self.writer.edit_files(t.id, &edits, &changed)?;
+            self.writer.edit_files(t.id, &edits, &changed, &[])?;
             self.delete_later(old_paths);
         }
         Ok(deleted)
@@ -743,7 +749,7 @@ impl Engine {
         {
             e.1 = out.file;
         }
-        let swapped = self.writer.edit_files(table.id, &edits, &[]);
+        let swapped = self.writer.edit_files(table.id, &edits, &[], &[]);
         match swapped {
             Ok(()) => {
                 self.writer

@@ -228,6 +228,7 @@ pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
         bucket: b.bucket,
         materialized_only: opts.materialized_only.unwrap_or(true),
         invalidations: vec![],
+        dropped: vec![],
         policy: None,
     };
     let view = ViewDef {
@@ -951,7 +952,8 @@ async fn refresh_window(
     if force {
         wanted.push(window);
     } else {
-        for r in &c.invalidations {
+        // Dropped chunks too: a refresh over them removes their buckets.
+        for r in c.invalidations.iter().chain(&c.dropped) {
             let l = labels_of(b, *r)?;
             wanted.extend(intersect(&[l], window));
         }

@@ -249,6 +249,7 @@ mod tests {
             lp_columns: false,
             cagg: None,
             invalidations: vec![],
+            dropped: vec![],
         })
     }
 

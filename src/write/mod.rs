@@ -318,14 +318,17 @@ impl WriteService {
     /// DELETE, drop_chunks, TRUNCATE); the caller deletes the old objects once
     /// readers are done with them.
     /// `invalidated`: the time ranges whose rows changed (none for compaction).
+    /// `dropped`: the time ranges whose chunks were dropped (drop_chunks).
     pub fn edit_files(
         &self,
         table_id: u64,
         edits: &[FileEdit],
         invalidated: &[crate::catalog::cagg::Range],
+        dropped: &[crate::catalog::cagg::Range],
     ) -> Result<()> {
         let _v = self.visibility.write();
-        self.catalog.edit_files(table_id, edits, invalidated)
+        self.catalog
+            .edit_files(table_id, edits, invalidated, dropped)
     }
 
     /// Drops the memtable rows of a table (DROP TABLE).
