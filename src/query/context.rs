@@ -153,6 +153,56 @@ pub fn configure(o: &mut datafusion::config::ConfigOptions, db: &str) {
     o.optimizer.repartition_file_min_size = 256 * 1024;
 }
 
+/// TimescaleDB's schema of internal tables: here, the materialization hypertables of
+/// continuous aggregates (which are also found unqualified, in `public`).
+pub const INTERNAL_SCHEMA: &str = "_timescaledb_internal";
+
+/// The `_timescaledb_internal` schema.
+#[derive(Debug)]
+struct InternalSchema {
+    engine: Arc<Engine>,
+    db: String,
+}
+
+impl InternalSchema {
+    fn materializations(&self) -> Vec<Arc<crate::catalog::TableDef>> {
+        self.engine
+            .catalog()
+            .snapshot()
+            .database(&self.db)
+            .map(|d| {
+                d.tables
+                    .values()
+                    .filter(|t| t.cagg.is_some())
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for InternalSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.materializations()
+            .iter()
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Ok(self
+            .materializations()
+            .into_iter()
+            .find(|t| t.name == name)
+            .map(|t| Arc::new(HypertableProvider::new(&t, &self.engine)) as Arc<dyn TableProvider>))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.materializations().iter().any(|t| t.name == name)
+    }
+}
+
 /// One database as a DataFusion catalog.
 #[derive(Debug)]
 struct DbCatalog {
@@ -168,6 +218,7 @@ impl CatalogProvider for DbCatalog {
             system::INFO_SCHEMA.into(),
             "pg_catalog".into(),
             "information_schema".into(),
+            INTERNAL_SCHEMA.into(),
         ]
     }
 
@@ -185,6 +236,10 @@ impl CatalogProvider for DbCatalog {
             ))),
             "pg_catalog" => Some(self.pg.pg_catalog.clone()),
             "information_schema" => Some(self.pg.information_schema.clone()),
+            INTERNAL_SCHEMA => Some(Arc::new(InternalSchema {
+                engine: self.engine.clone(),
+                db: self.db.clone(),
+            })),
             _ => None,
         }
     }

@@ -331,7 +331,7 @@ fn caggs(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
                 rows.iter().map(|r| r.3).collect::<Vec<_>>(),
             )),
             Arc::new(BooleanArray::from(vec![false; n])),
-            Arc::new(StringArray::from(vec!["public"; n])),
+            Arc::new(StringArray::from(vec!["_timescaledb_internal"; n])),
             col(&|r| r.4.clone()),
             col(&|r| format!(" {};", r.5)),
         ],
@@ -353,9 +353,10 @@ fn hypertables_schema() -> Schema {
 }
 
 fn hypertables(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    // TimescaleDB lists no materialization hypertables here.
     let hts: Vec<_> = tables_of(engine, db)
         .into_iter()
-        .filter(|t| t.is_hypertable())
+        .filter(|t| t.is_hypertable() && t.cagg.is_none())
         .collect();
     let n = hts.len();
     batch(

@@ -147,6 +147,11 @@ async fn sqlalchemy_reflection_queries_over_the_extended_protocol() {
     let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(
         names,
-        ["information_schema", "public", "timescaledb_information"]
+        [
+            "_timescaledb_internal",
+            "information_schema",
+            "public",
+            "timescaledb_information"
+        ]
     );
 }

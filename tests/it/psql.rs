@@ -199,9 +199,10 @@ const DN: &str = r#"
                List of schemas
           Name           |       Owner
 -------------------------+-------------------
+ _timescaledb_internal   | sundial
  public                  | pg_database_owner
  timescaledb_information | sundial
-(2 rows)
+(3 rows)
 "#;
 
 const DF_TIME_BUCKET: &str = r#"

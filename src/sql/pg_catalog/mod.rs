@@ -35,6 +35,8 @@ pub const NS_PG_TOAST: i32 = 99;
 pub const NS_PUBLIC: i32 = 2200;
 pub const NS_INFORMATION_SCHEMA: i32 = 13207;
 pub const NS_TIMESCALEDB_INFORMATION: i32 = 13600;
+/// Where TimescaleDB keeps internal tables: continuous aggregates' materializations.
+pub const NS_TIMESCALEDB_INTERNAL: i32 = 13601;
 
 /// The role every object belongs to; it is shown as the session user.
 pub const ROLE_OWNER: i32 = 10;
@@ -57,7 +59,7 @@ const OID_KEY: &str = "pg.oid_alias";
 const CHAR_KEY: &str = "pg.char";
 
 /// (oid, name, owner) of every schema.
-pub const NAMESPACES: [(i32, &str, i32); 5] = [
+pub const NAMESPACES: [(i32, &str, i32); 6] = [
     (NS_PG_CATALOG, "pg_catalog", ROLE_OWNER),
     (NS_PG_TOAST, "pg_toast", ROLE_OWNER),
     (NS_PUBLIC, "public", ROLE_DATABASE_OWNER),
@@ -67,6 +69,7 @@ pub const NAMESPACES: [(i32, &str, i32); 5] = [
         "timescaledb_information",
         ROLE_OWNER,
     ),
+    (NS_TIMESCALEDB_INTERNAL, "_timescaledb_internal", ROLE_OWNER),
 ];
 
 /// The oid of the table with catalog id `id`.
@@ -533,7 +536,11 @@ pub fn relations(ctx: &CatalogCtx) -> Vec<Rel> {
         out.push(Rel {
             oid: table_oid(t.id),
             name: t.name.clone(),
-            ns: NS_PUBLIC,
+            ns: if t.cagg.is_some() {
+                NS_TIMESCALEDB_INTERNAL
+            } else {
+                NS_PUBLIC
+            },
             kind: b'r',
             atts: t
                 .columns
