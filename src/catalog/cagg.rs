@@ -348,6 +348,15 @@ fn cagg_table_mut<'a>(m: &'a mut Manifest, db: &str, view: &str) -> Result<&'a m
         .ok_or_else(|| Error::UndefinedTable(view.to_string()))
 }
 
+/// The ids of the tables some continuous aggregate reads.
+pub(super) fn sources(m: &Manifest) -> std::collections::HashSet<u64> {
+    m.databases
+        .values()
+        .flat_map(|d| d.tables.values())
+        .filter_map(|t| t.cagg.as_ref().map(|c| c.source_id))
+        .collect()
+}
+
 /// Records that `ranges` of table `table_id` changed, when a continuous aggregate
 /// reads the table (its hypertable invalidation log); otherwise nothing is kept.
 pub(super) fn invalidate(m: &mut Manifest, table_id: u64, ranges: &[Range]) {

@@ -507,8 +507,12 @@ impl Catalog {
         invalidated: &[(u64, super::cagg::Range)],
     ) -> Result<()> {
         self.update(|m| {
+            // Only tables continuous aggregates read keep a log (usually none).
+            let sources = super::cagg::sources(m);
             for (id, r) in invalidated {
-                super::cagg::invalidate(m, *id, std::slice::from_ref(r));
+                if sources.contains(id) {
+                    super::cagg::invalidate(m, *id, std::slice::from_ref(r));
+                }
             }
             for db in m.databases.values_mut() {
                 for t in db.tables.values_mut() {
