@@ -986,10 +986,57 @@ async fn refresh_window(
     if labels.is_empty() {
         return Ok(Refreshed::default());
     }
+    // One materialization chunk at a time: memory stays bounded by a chunk's
+    // buckets, and each step rewrites one chunk's files (TimescaleDB batches its
+    // refreshes too). Each step is atomic; an interrupted refresh leaves the rest
+    // of its ranges in the log for the next one.
+    let iv = mat.chunk_interval_micros.unwrap_or(i64::MAX).max(1);
+    let mut pieces: std::collections::BTreeMap<i64, Vec<Range>> = Default::default();
+    for &(a, z) in &labels {
+        let mut lo = a;
+        loop {
+            let chunk = lo.div_euclid(iv);
+            let end = chunk.saturating_add(1).saturating_mul(iv).saturating_sub(1);
+            let hi = z.min(end);
+            pieces.entry(chunk).or_default().push((lo, hi));
+            if hi >= z {
+                break;
+            }
+            lo = hi + 1;
+        }
+    }
+    let mut done = Refreshed::default();
+    for labels in pieces.into_values() {
+        let step = refresh_piece(s, view, &source, &labels).await?;
+        done.buckets += step.buckets;
+        done.rows += step.rows;
+    }
+    tracing::info!(
+        view,
+        buckets = done.buckets,
+        rows = done.rows,
+        "refreshed continuous aggregate"
+    );
+    Ok(done)
+}
+
+/// Re-materializes the buckets starting within `labels` (inclusive label ranges)
+/// from `source`, in one catalog step.
+async fn refresh_piece(
+    s: &Session,
+    view: &str,
+    source: &TableDef,
+    labels: &[Range],
+) -> Result<Refreshed> {
+    let engine = &s.engine;
+    let m = engine.catalog().snapshot();
+    let mat = cagg_table(&m, &s.db, view)?;
+    let c = cagg_of(&mat)?.clone();
+    let b = &c.bucket;
     // The instants whose buckets these are: what is recomputed, and what leaves the
     // aggregate's log.
     let mut ranges = vec![];
-    for l in &labels {
+    for l in labels {
         add_range(&mut ranges, instants_of(b, *l)?);
     }
     let source_ty = source
@@ -1026,20 +1073,27 @@ async fn refresh_window(
         .column(&c.bucket_column)
         .map(|c| c.sql_type.clone())
         .unwrap_or(SqlType::Timestamptz);
-    let pred_sql = in_ranges(&c.bucket_column, &bucket_ty, &labels)?;
-    let logical = state
-        .create_logical_expr(&pred_sql, &crate::query::staged::qualified_schema(&mat)?)
-        .map_err(Error::from)?;
+    let pred_sql = in_ranges(&c.bucket_column, &bucket_ty, labels)?;
     let df_schema = crate::query::staged::qualified_schema(&mat)?;
+    let logical = state
+        .create_logical_expr(&pred_sql, &df_schema)
+        .map_err(Error::from)?;
     let pred = state.create_physical_expr(logical.clone(), &df_schema)?;
     let files = crate::query::provider::files_to_delete_from(&state, &mat, &logical, &pred)?;
-    let buckets = match b.fixed_width() {
-        Some(w) if w > 0 => labels
-            .iter()
-            .map(|&(a, z)| (z.saturating_sub(a) / w).saturating_add(1) as u64)
-            .sum(),
-        _ => labels.len() as u64,
-    };
+    let mut buckets = 0u64;
+    for &(a, z) in labels {
+        buckets += match b.fixed_width() {
+            Some(w) if w > 0 => {
+                let first = first_instant(b, a)?;
+                if z < first {
+                    0
+                } else {
+                    (z.saturating_sub(first) / w).saturating_add(1) as u64
+                }
+            }
+            _ => 1,
+        };
+    }
     engine
         .commit_changes(
             &s.db,
@@ -1048,17 +1102,10 @@ async fn refresh_window(
                 pred: Some(pred),
                 files,
                 inserts: batches,
-                refreshed: ranges.clone(),
+                refreshed: ranges,
             }],
         )
         .await?;
-    tracing::info!(
-        view,
-        ranges = ranges.len(),
-        buckets,
-        rows,
-        "refreshed continuous aggregate"
-    );
     Ok(Refreshed { buckets, rows })
 }
 
