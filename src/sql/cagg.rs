@@ -675,29 +675,63 @@ fn q(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// A point in time as a literal of `ty`.
-fn time_literal(ty: &SqlType, micros: i64) -> Result<String> {
-    let dt = chrono::DateTime::from_timestamp_micros(micros)
-        .filter(|d| (1..=9999).contains(&chrono::Datelike::year(d)))
-        .ok_or_else(|| {
-            Error::sql(
-                "22008",
-                "continuous aggregates hold times from year 1 to 9999",
-            )
-        })?;
-    Ok(match ty {
-        SqlType::Date => format!("CAST('{}' AS date)", dt.format("%Y-%m-%d")),
-        SqlType::Timestamp => {
-            format!(
-                "CAST('{}' AS timestamp)",
-                dt.format("%Y-%m-%d %H:%M:%S%.6f")
-            )
+/// A point in time as a literal of `ty`, exact for every microsecond Arrow holds (a
+/// text literal would be parsed through nanoseconds, which end in 2262). A date is
+/// the day holding `micros`, or with `up` the first day at or after it.
+fn time_literal(ty: &SqlType, micros: i64, up: bool) -> String {
+    match ty {
+        SqlType::Date => {
+            const DAY: i64 = 86_400_000_000;
+            let days = if up {
+                micros.div_euclid(DAY) + i64::from(micros.rem_euclid(DAY) != 0)
+            } else {
+                micros.div_euclid(DAY)
+            };
+            format!("arrow_cast({days}, 'Date32')")
         }
-        _ => format!(
-            "CAST('{}+00' AS timestamptz)",
-            dt.format("%Y-%m-%d %H:%M:%S%.6f")
-        ),
-    })
+        SqlType::Timestamp => format!("arrow_cast({micros}, 'Timestamp(Microsecond, None)')"),
+        _ => format!("arrow_cast({micros}, 'Timestamp(Microsecond, Some(\"UTC\"))')"),
+    }
+}
+
+/// The expression that is true where column `col` of `table` (of time type `ty`)
+/// lies in one of `ranges` (inclusive), with typed literals.
+fn ranges_expr(
+    table: &str,
+    col: &str,
+    ty: &SqlType,
+    ranges: &[Range],
+) -> datafusion::logical_expr::Expr {
+    use datafusion::logical_expr::{Expr as L, col as column, lit};
+    const DAY: i64 = 86_400_000_000;
+    let c = || column(datafusion::common::Column::new(Some(table), col));
+    let value = |micros: i64, up: bool| -> ScalarValue {
+        match ty {
+            SqlType::Date => {
+                let days = micros.div_euclid(DAY) + i64::from(up && micros.rem_euclid(DAY) != 0);
+                ScalarValue::Date32(Some(
+                    days.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+                ))
+            }
+            SqlType::Timestamp => ScalarValue::TimestampMicrosecond(Some(micros), None),
+            _ => ScalarValue::TimestampMicrosecond(Some(micros), Some("UTC".into())),
+        }
+    };
+    let mut any: Option<L> = None;
+    for &(lo, hi) in ranges {
+        let mut part = lit(true);
+        if lo != i64::MIN {
+            part = part.and(c().gt_eq(lit(value(lo, true))));
+        }
+        if hi != i64::MAX {
+            part = part.and(c().lt_eq(lit(value(hi, false))));
+        }
+        any = Some(match any {
+            None => part,
+            Some(a) => a.or(part),
+        });
+    }
+    any.unwrap_or_else(|| lit(false))
 }
 
 /// SQL that is true where `col` (of type `ty`) lies in one of `ranges` (inclusive).
@@ -710,10 +744,10 @@ fn in_ranges(col: &str, ty: &SqlType, ranges: &[Range]) -> Result<String> {
     for &(lo, hi) in ranges {
         let mut c = vec![];
         if lo != i64::MIN {
-            c.push(format!("{col} >= {}", time_literal(ty, lo)?));
+            c.push(format!("{col} >= {}", time_literal(ty, lo, true)));
         }
         if hi != i64::MAX {
-            c.push(format!("{col} <= {}", time_literal(ty, hi)?));
+            c.push(format!("{col} <= {}", time_literal(ty, hi, false)));
         }
         parts.push(if c.is_empty() {
             "true".to_string()
@@ -978,11 +1012,8 @@ async fn refresh_window(
     for f in mat.files.iter().filter(|f| f.rows > 0) {
         add_range(&mut data, crate::storage::file_time_range(&mat, f));
     }
-    let (Some(first), Some(last)) = (data.first(), data.last()) else {
-        return Ok(Refreshed::default());
-    };
-    let bounds = (first.0, last.1);
-    let labels = merged(wanted.into_iter().flat_map(|r| intersect(&[r], bounds)));
+    // Only where there is (or was) data: the ranges of the files, not their span.
+    let labels = merged(wanted.iter().flat_map(|r| intersect(&data, *r)));
     if labels.is_empty() {
         return Ok(Refreshed::default());
     }
@@ -993,6 +1024,11 @@ async fn refresh_window(
     let iv = mat.chunk_interval_micros.unwrap_or(i64::MAX).max(1);
     let mut pieces: std::collections::BTreeMap<i64, Vec<Range>> = Default::default();
     for &(a, z) in &labels {
+        // A file without statistics leaves a range open: one step for it.
+        if a == i64::MIN || z == i64::MAX {
+            pieces.entry(a.div_euclid(iv)).or_default().push((a, z));
+            continue;
+        }
         let mut lo = a;
         loop {
             let chunk = lo.div_euclid(iv);
@@ -1073,11 +1109,8 @@ async fn refresh_piece(
         .column(&c.bucket_column)
         .map(|c| c.sql_type.clone())
         .unwrap_or(SqlType::Timestamptz);
-    let pred_sql = in_ranges(&c.bucket_column, &bucket_ty, labels)?;
     let df_schema = crate::query::staged::qualified_schema(&mat)?;
-    let logical = state
-        .create_logical_expr(&pred_sql, &df_schema)
-        .map_err(Error::from)?;
+    let logical = ranges_expr(&mat.name, &c.bucket_column, &bucket_ty, labels);
     let pred = state.create_physical_expr(logical.clone(), &df_schema)?;
     let files = crate::query::provider::files_to_delete_from(&state, &mat, &logical, &pred)?;
     let mut buckets = 0u64;

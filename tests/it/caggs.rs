@@ -535,3 +535,40 @@ async fn prepared_statements_see_new_rows_in_a_real_time_view() {
         ["11", "2", "3"]
     );
 }
+
+/// Rows from year 1 to year 9999 (outside what nanosecond timestamps hold): the views
+/// refresh them, one step per materialization chunk that holds data, and equal the
+/// raw GROUP BY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extreme_years_refresh_where_the_data_is() {
+    let server = TestServer::start();
+    let c = server.connect("sundial").await;
+    sql(
+        &c,
+        "CREATE TABLE far (time timestamptz NOT NULL, v int) WITH (tsdb.hypertable); \
+         INSERT INTO far VALUES ('0001-01-01 00:00:00+00', 1), ('2024-01-01 00:00:00+00', 2), ('9999-12-31 00:00:00+00', 3); \
+         CREATE MATERIALIZED VIEW far_rt WITH (timescaledb.continuous, timescaledb.materialized_only = false) AS \
+         SELECT time_bucket('1 day', time) AS b, count(*) AS n FROM far GROUP BY b; \
+         CREATE MATERIALIZED VIEW far_mo WITH (timescaledb.continuous) AS \
+         SELECT time_bucket('1 day', time) AS b, count(*) AS n FROM far GROUP BY b; \
+         INSERT INTO far VALUES ('5000-06-01 12:00:00+00', 4), ('2024-01-01 05:00:00+00', 5)",
+    )
+    .await;
+    let raw = text_rows(
+        &c,
+        "SELECT time_bucket('1 day', time) AS b, count(*) AS n FROM far GROUP BY b ORDER BY b",
+    )
+    .await;
+    assert_eq!(raw.len(), 4);
+    let rt = text_rows(&c, "SELECT * FROM far_rt ORDER BY b").await;
+    assert_eq!(rt, raw, "real-time view vs raw");
+    sql(
+        &c,
+        "CALL refresh_continuous_aggregate('far_mo', NULL, NULL)",
+    )
+    .await;
+    let mo = text_rows(&c, "SELECT * FROM far_mo ORDER BY b").await;
+    assert_eq!(mo, raw, "materialized view vs raw");
+    let (buckets, _) = last_refresh(&c, "far_mo").await;
+    assert_eq!(buckets, 2, "only the two buckets written after creation");
+}
