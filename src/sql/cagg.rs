@@ -15,7 +15,7 @@ use datafusion::sql::sqlparser::ast::{
 use futures::TryStreamExt;
 
 use super::functions::time_bucket;
-use super::{Output, Session, args, names, viewdefs};
+use super::{Output, Session, args, viewdefs};
 use crate::catalog::cagg::{Range, add_range, intersect};
 use crate::catalog::{
     BucketDef, CaggDef, ColumnDef, Manifest, NewTable, RefreshPolicy, SqlType, TableDef, ViewDef,
@@ -153,31 +153,14 @@ pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
     let sql = query.to_string();
     let state = s.ctx.state();
     let probe = viewdefs::plan_view(&state, viewdefs::parse_query(&sql)?, &[]).await?;
-    let explicit: Vec<String> = cv.columns.iter().map(|c| c.name.value.clone()).collect();
-    let own = names::query_names(query).unwrap_or_default();
-    let width = probe.schema().fields().len();
-    if explicit.len() > width {
-        return Err(Error::sql(
-            "42601",
-            "CREATE MATERIALIZED VIEW specifies more column names than columns",
-        ));
-    }
-    let columns: Vec<String> = (0..width)
-        .map(|i| {
-            explicit
-                .get(i)
-                .or(own.get(i))
-                .cloned()
-                .unwrap_or_else(|| probe.schema().field(i).name().clone())
-        })
+    let planned: Vec<String> = probe
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
         .collect();
-    let mut seen = std::collections::HashSet::new();
-    if let Some(dup) = columns.iter().find(|c| !seen.insert(c.as_str())) {
-        return Err(Error::sql(
-            "42701",
-            format!("column \"{dup}\" specified more than once"),
-        ));
-    }
+    let width = planned.len();
+    let columns = viewdefs::column_names(&cv.columns, query, &planned, "CREATE MATERIALIZED VIEW")?;
     // Types as queries see them: after the analyzer's PostgreSQL rules (avg of
     // integers is numeric, …).
     let analyzed = state.optimize(&probe)?;
@@ -1251,31 +1234,17 @@ pub async fn call_refresh(s: &Session, f: &ast::Function) -> Result<Output> {
         FunctionArguments::List(l) => l.args.clone(),
         _ => vec![],
     };
-    let (pos, named) = args::split_args(&list);
-    let names = [
-        "continuous_aggregate",
-        "window_start",
-        "window_end",
-        "force",
-        "options",
-    ];
-    let mut vals: Vec<Option<Expr>> = pos.into_iter().map(Some).collect();
-    if vals.len() > names.len() {
-        return Err(Error::sql(
-            "42883",
-            "procedure refresh_continuous_aggregate takes (regclass, \"any\", \"any\" [, force boolean])",
-        ));
-    }
-    vals.resize(names.len(), None);
-    for (n, e) in named {
-        let i = names.iter().position(|x| *x == n).ok_or_else(|| {
-            Error::sql(
-                "42883",
-                format!("procedure refresh_continuous_aggregate has no parameter named \"{n}\""),
-            )
-        })?;
-        vals[i] = Some(e);
-    }
+    let vals = named_args(
+        REFRESH,
+        &list,
+        &[
+            "continuous_aggregate",
+            "window_start",
+            "window_end",
+            "force",
+            "options",
+        ],
+    )?;
     let view = vals[0]
         .as_ref()
         .ok_or_else(|| {

@@ -116,3 +116,35 @@ pub fn release(s: &Session, name: &str, kind: &str, cascade: bool) -> Result<()>
     }
     Ok(())
 }
+
+/// The column names of a view over `query` whose plan has `width` columns named
+/// `planned`: `CREATE … VIEW v (a, b)` first, then the query's own PostgreSQL names,
+/// then the plan's. `what` names the statement in the error for too many names.
+pub(crate) fn column_names(
+    explicit: &[ast::ViewColumnDef],
+    query: &ast::Query,
+    planned: &[String],
+    what: &str,
+) -> Result<Vec<String>> {
+    let explicit: Vec<String> = explicit.iter().map(|c| c.name.value.clone()).collect();
+    if explicit.len() > planned.len() {
+        return Err(Error::sql(
+            "42601",
+            format!("{what} specifies more column names than columns"),
+        ));
+    }
+    let own = names::query_names(query).unwrap_or_default();
+    let columns: Vec<String> = planned
+        .iter()
+        .enumerate()
+        .map(|(i, p)| explicit.get(i).or(own.get(i)).unwrap_or(p).clone())
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    if let Some(dup) = columns.iter().find(|c| !seen.insert(c.as_str())) {
+        return Err(Error::sql(
+            "42701",
+            format!("column \"{dup}\" specified more than once"),
+        ));
+    }
+    Ok(columns)
+}

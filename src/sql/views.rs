@@ -15,7 +15,7 @@ use datafusion::sql::sqlparser::ast::{self, ObjectType, Statement};
 use parking_lot::RwLock;
 
 use super::viewdefs::{parse_query, plan_view, release};
-use super::{Output, Session, args, gapfill, names};
+use super::{Output, Session, args, gapfill};
 use crate::catalog::ViewDef;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -115,36 +115,17 @@ pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
             "a view cannot use time_bucket_gapfill".into(),
         ));
     }
-    let explicit: Vec<String> = cv.columns.iter().map(|c| c.name.value.clone()).collect();
-    // The query's own names (PostgreSQL's: `avg`, `?column?`), then the list given.
-    let own = names::query_names(&cv.query).unwrap_or_default();
     let sql = cv.query.to_string();
     // Planned once now, so a bad definition fails here, not in a later query.
     let state = s.ctx.state();
     let probe = plan_view(&state, parse_query(&sql)?, &[]).await?;
-    let width = probe.schema().fields().len();
-    if explicit.len() > width {
-        return Err(Error::sql(
-            "42601",
-            "CREATE VIEW specifies more column names than columns",
-        ));
-    }
-    let columns: Vec<String> = (0..width)
-        .map(|i| {
-            explicit
-                .get(i)
-                .or(own.get(i))
-                .cloned()
-                .unwrap_or_else(|| probe.schema().field(i).name().clone())
-        })
+    let planned: Vec<String> = probe
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
         .collect();
-    let mut seen = std::collections::HashSet::new();
-    if let Some(dup) = columns.iter().find(|c| !seen.insert(c.as_str())) {
-        return Err(Error::sql(
-            "42701",
-            format!("column \"{dup}\" specified more than once"),
-        ));
-    }
+    let columns = super::viewdefs::column_names(&cv.columns, &cv.query, &planned, "CREATE VIEW")?;
     let old = s
         .engine
         .catalog()
