@@ -62,6 +62,9 @@ pub enum Error {
     Parquet(#[from] parquet::errors::ParquetError),
     #[error("object store: {0}")]
     ObjectStore(#[from] object_store::Error),
+    /// Stored rows changed while a statement read them (it may run again).
+    #[error("could not serialize access due to concurrent update: {0}")]
+    Changed(String),
     #[error("canceling statement due to user request")]
     Canceled,
     #[error("internal error: {0}")]
@@ -107,6 +110,7 @@ impl Error {
             Error::Arrow(e) => arrow_sqlstate(e),
             Error::Parquet(_) | Error::ObjectStore(_) => "58030",
             Error::Canceled => "57014",
+            Error::Changed(_) => "40001",
             Error::Internal(_) => "XX000",
         }
     }

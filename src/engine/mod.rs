@@ -48,6 +48,10 @@ pub struct TableChange<'a> {
     /// A continuous aggregate's refresh: the source ranges this change
     /// re-materializes into the table (they leave its invalidation log).
     pub refreshed: Vec<crate::catalog::cagg::Range>,
+    /// How many stored rows `pred` must remove: any other count fails the commit
+    /// with [`Error::Changed`] before anything is applied (an UPDATE's check that
+    /// it replaces exactly the rows it read).
+    pub expect_removed: Option<u64>,
 }
 
 /// The time ranges of `files` of `t`, merged (what a change to them invalidates).
@@ -302,9 +306,11 @@ impl Engine {
             for c in &changes {
                 let t = &c.table;
                 let mut edits: Vec<FileEdit> = vec![];
+                let mut removed = 0u64;
                 if let Some(pred) = &c.pred {
                     for (f, all_match) in &c.files {
                         if *all_match {
+                            removed += f.rows;
                             edits.push((f.id, None));
                             old_paths.push(f.path.clone());
                             continue;
@@ -326,9 +332,18 @@ impl Engine {
                         if let Some(n) = &out.file {
                             new_paths.push(n.path.clone());
                         }
+                        removed += out.rows_removed;
                         edits.push((f.id, out.file));
                         old_paths.push(f.path.clone());
                     }
+                }
+                if let Some(want) = c.expect_removed
+                    && want != removed
+                {
+                    return Err(Error::Changed(format!(
+                        "{} rows of \"{}\" were to be replaced, {removed} matched",
+                        want, t.name
+                    )));
                 }
                 let mut added = vec![];
                 let schema = t.schema();

@@ -11,6 +11,7 @@ pub mod dedup;
 pub mod latest;
 pub mod newest_buckets;
 pub mod provider;
+pub mod rowset;
 pub mod runtime;
 pub mod staged;
 pub mod stats_answers;

@@ -421,6 +421,12 @@ pub(crate) fn select_columns(
 }
 
 /// The changes the session's open transaction made to table `id` (none outside one).
+/// Tables a statement reads as they were at one moment, their files only (the
+/// memtable flushed before): an UPDATE reads the rows it replaces from exactly the
+/// files its deletion rewrites. A session-config extension.
+#[derive(Debug, Default)]
+pub struct PinnedFiles(pub std::collections::HashMap<u64, Arc<TableDef>>);
+
 pub(crate) fn staged_ops(state: &dyn Session, id: u64) -> Vec<crate::engine::tx::StagedOp> {
     state
         .config()
@@ -840,10 +846,17 @@ impl HypertableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let view = self
-            .engine
-            .view(self.table.id)
-            .ok_or_else(|| crate::Error::UndefinedTable(self.table.name.clone()))?;
+        let pinned = state
+            .config()
+            .get_extension::<PinnedFiles>()
+            .and_then(|p| p.0.get(&self.table.id).cloned());
+        let view = match pinned {
+            Some(table) => crate::write::TableView { table, mem: vec![] },
+            None => self
+                .engine
+                .view(self.table.id)
+                .ok_or_else(|| crate::Error::UndefinedTable(self.table.name.clone()))?,
+        };
         self.scan_view(state, view, &[], projection, filters, limit)
     }
 

@@ -1119,6 +1119,7 @@ async fn refresh_piece(
                 files,
                 inserts: batches,
                 refreshed: ranges,
+                expect_removed: None,
             }],
         )
         .await?;

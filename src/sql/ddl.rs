@@ -41,7 +41,7 @@ pub fn handles(stmt: &Statement) -> bool {
             )
         }
         Statement::Query(_) => management_call(stmt).is_some(),
-        Statement::Delete(_) | Statement::Truncate(_) => true,
+        Statement::Delete(_) | Statement::Truncate(_) | Statement::Update(_) => true,
         Statement::Call(f) => {
             let n = f.name.to_string();
             n.eq_ignore_ascii_case("run_job") || n.eq_ignore_ascii_case(super::cagg::REFRESH)
@@ -196,6 +196,7 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             super::cagg::call_refresh(s, f).await
         }
         Statement::Delete(d) => super::chunks::delete(s, d).await,
+        Statement::Update(u) => super::update::update(s, u).await,
         Statement::Truncate(t) => {
             let names: Vec<ast::ObjectName> =
                 t.table_names.iter().map(|n| n.name.clone()).collect();
@@ -234,7 +235,10 @@ fn allowed_in_block(s: &Session, stmt: &Statement) -> Result<()> {
     let table_of_block =
         |n: &ast::ObjectName| args::table_name(n).is_ok_and(|t| s.is_created_in_block(&t));
     let ok = match stmt {
-        Statement::CreateTable(_) | Statement::Delete(_) | Statement::Truncate(_) => true,
+        Statement::CreateTable(_)
+        | Statement::Delete(_)
+        | Statement::Truncate(_)
+        | Statement::Update(_) => true,
         Statement::Drop {
             object_type: ObjectType::Table,
             ..

@@ -23,6 +23,7 @@ pub mod prepass;
 pub mod roles;
 pub mod session;
 pub mod tx;
+pub mod update;
 pub mod viewdefs;
 pub mod views;
 
@@ -45,6 +46,9 @@ use crate::error::{Error, Result};
 pub enum Output {
     /// A result set.
     Rows(SchemaRef, SendableRecordBatchStream),
+    /// Rows with their own command tag (`UPDATE … RETURNING`: the tag without the
+    /// row count, which is the number of rows).
+    Tagged(String, SchemaRef, SendableRecordBatchStream),
     /// Rows of a cursor (`FETCH`; the command tag says FETCH).
     Fetched(SchemaRef, SendableRecordBatchStream),
     /// A command tag such as `CREATE TABLE` or `INSERT 0 5`.

@@ -477,6 +477,7 @@ impl Session {
                 files,
                 inserts: folded.inserts.clone(),
                 refreshed: vec![],
+                expect_removed: None,
             });
         }
         self.engine.commit_changes(&self.db, changes).await

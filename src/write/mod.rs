@@ -487,6 +487,10 @@ pub fn validate(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
         } else {
             col
         };
+        let col = match table.columns.get(i).map(|c| &c.sql_type) {
+            Some(crate::catalog::SqlType::Varchar(Some(n))) => limit_length(&col, *n as usize)?,
+            _ => col,
+        };
         let must = !f.is_nullable() || table.time_column.as_deref() == Some(f.name().as_str());
         if must && col.null_count() > 0 {
             return Err(Error::sql(
@@ -501,6 +505,35 @@ pub fn validate(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
         cols.push(col);
     }
     Ok(RecordBatch::try_new(schema, cols)?)
+}
+
+/// `character varying(n)`: longer values fail (22001) unless what is past `n`
+/// characters is spaces, which are cut off (PostgreSQL's rule).
+fn limit_length(col: &arrow::array::ArrayRef, n: usize) -> Result<arrow::array::ArrayRef> {
+    let Some(arr) = col.as_string_opt::<i32>() else {
+        return Ok(col.clone());
+    };
+    let long = |v: &str| v.len() > n && v.chars().count() > n;
+    if !arr.iter().flatten().any(long) {
+        return Ok(col.clone());
+    }
+    let mut out = arrow::array::StringBuilder::with_capacity(arr.len(), arr.value_data().len());
+    for v in arr.iter() {
+        match v {
+            Some(v) if long(v) => {
+                let cut = v.char_indices().nth(n).map_or(v.len(), |(i, _)| i);
+                if !v[cut..].chars().all(|c| c == ' ') {
+                    return Err(Error::sql(
+                        "22001",
+                        format!("value too long for type character varying({n})"),
+                    ));
+                }
+                out.append_value(&v[..cut]);
+            }
+            other => out.append_option(other),
+        }
+    }
+    Ok(Arc::new(out.finish()))
 }
 
 /// PostgreSQL reads bytea text input `\\x0102ff` as hex: SQL literals reach us as the

@@ -452,6 +452,15 @@ fn to_response(c: &Conn, out: Output, format: &Format) -> PgWireResult<Response>
                 other => other,
             }
         }
+        Output::Tagged(tag, schema, stream) => {
+            match to_response(c, Output::Rows(schema, stream), format)? {
+                Response::Query(mut q) => {
+                    q.command_tag = tag;
+                    Response::Query(q)
+                }
+                other => other,
+            }
+        }
         Output::Rows(schema, stream) => {
             let stream = detached(stream);
             let fields = Arc::new(fields_for(&schema, format)?);
@@ -963,9 +972,41 @@ impl QueryParser for Parser {
     }
 }
 
-/// `SELECT 1 FROM t WHERE <filter>` for `DELETE FROM t WHERE <filter>` with `$n`.
+/// A query whose `$n` take the types PostgreSQL infers for a statement that runs
+/// natively: `SELECT 1 FROM t WHERE <filter>` for `DELETE FROM t WHERE <filter>`,
+/// and for UPDATE the same with `column = <value>` for every assignment.
 fn delete_filter(stmt: &datafusion::sql::sqlparser::ast::Statement) -> Option<String> {
-    use datafusion::sql::sqlparser::ast::{FromTable, Statement};
+    use datafusion::sql::sqlparser::ast::{AssignmentTarget, FromTable, Statement};
+    if let Statement::Update(u) = stmt {
+        if sql::args::placeholder_count(stmt) == 0 {
+            return None;
+        }
+        let mut conds: Vec<String> = u
+            .assignments
+            .iter()
+            .filter_map(|a| match &a.target {
+                AssignmentTarget::ColumnName(n) => Some(format!("({n} = ({}))", a.value)),
+                AssignmentTarget::Tuple(_) => None,
+            })
+            .collect();
+        if let Some(w) = &u.selection {
+            conds.push(format!("({w})"));
+        }
+        let mut from = u.table.to_string();
+        if let Some(
+            datafusion::sql::sqlparser::ast::UpdateTableFromKind::AfterSet(f)
+            | datafusion::sql::sqlparser::ast::UpdateTableFromKind::BeforeSet(f),
+        ) = &u.from
+        {
+            for t in f {
+                from.push_str(&format!(", {t}"));
+            }
+        }
+        return Some(format!(
+            "SELECT 1 FROM {from} WHERE {}",
+            conds.join(" AND ")
+        ));
+    }
     let Statement::Delete(d) = stmt else {
         return None;
     };
@@ -1020,12 +1061,21 @@ async fn parse_one(c: &Conn, sql_text: &str, types: &[Option<Type>]) -> PgWireRe
                 }
             }
         }
-        let fetched = match &prepared {
+        let mut fetched = match &prepared {
             Prepared::Native(n) => {
                 sql::cursor::fetch_target(n).and_then(|name| c.session.cursors.schema(&name))
             }
             Prepared::Plan { .. } => None,
         };
+        // UPDATE … RETURNING describes its rows: the items over the table's row.
+        if let Prepared::Native(n) = &prepared
+            && let Some(q) = sql::update::returning_query(&c.session, n)
+            && let Ok(mut parsed) = sql::parse(&q)
+            && let Some(stmt) = parsed.pop()
+            && let Ok(plan) = c.session.prepare_typed(stmt, &declared).await
+        {
+            fetched = result_schema(&plan);
+        }
         Ok(Some(Stmt {
             prepared,
             declared,
