@@ -62,6 +62,9 @@ pub enum Error {
     Parquet(#[from] parquet::errors::ParquetError),
     #[error("object store: {0}")]
     ObjectStore(#[from] object_store::Error),
+    /// A write would give two rows one PRIMARY KEY or UNIQUE value (23505).
+    #[error("duplicate key value violates unique constraint \"{constraint}\"")]
+    Unique { constraint: String, detail: String },
     /// Stored rows changed while a statement read them (it may run again).
     #[error("could not serialize access due to concurrent update: {0}")]
     Changed(String),
@@ -111,6 +114,7 @@ impl Error {
             Error::Parquet(_) | Error::ObjectStore(_) => "58030",
             Error::Canceled => "57014",
             Error::Changed(_) => "40001",
+            Error::Unique { .. } => "23505",
             Error::Internal(_) => "XX000",
         }
     }
@@ -325,6 +329,17 @@ fn cast_message_sqlstate(m: &str) -> &'static str {
 
 /// Maps a DataFusion error to a SQLSTATE by variant and, where DataFusion has no
 /// finer variant, by [`MESSAGE_RULES`].
+fn df_detail(e: &DataFusionError) -> Option<String> {
+    match e {
+        DataFusionError::External(inner) => inner.downcast_ref::<Error>().and_then(Error::detail),
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            df_detail(inner)
+        }
+        DataFusionError::Shared(inner) => df_detail(inner),
+        _ => None,
+    }
+}
+
 fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
     use datafusion::common::SchemaError;
     match e {
@@ -371,6 +386,15 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
 impl Error {
     /// The message a PostgreSQL client sees: ours as written; DataFusion's without
     /// its prefixes and, where clients rely on PostgreSQL's wording, in that wording.
+    /// The DETAIL line of the error, where it has one (also through DataFusion).
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            Error::Unique { detail, .. } => Some(detail.clone()),
+            Error::DataFusion(e) => df_detail(e),
+            _ => None,
+        }
+    }
+
     pub fn client_message(&self) -> String {
         match self {
             Error::DataFusion(df) => pg_message(self.sqlstate(), &strip_df(&df.to_string())),

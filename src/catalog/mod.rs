@@ -125,6 +125,76 @@ pub struct TableDef {
     /// table last took them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<cagg::Range>,
+    /// PRIMARY KEY and UNIQUE constraints (the primary key first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<KeyDef>,
+    /// `timescaledb.compress` settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<CompressionDef>,
+}
+
+/// A PRIMARY KEY or UNIQUE constraint: no two rows share these columns' values
+/// (rows with a NULL in them never conflict, as in PostgreSQL).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyDef {
+    /// Constraint name (`t_pkey`, `t_a_b_key` by default).
+    pub name: String,
+    pub columns: Vec<String>,
+    pub primary: bool,
+}
+
+/// TimescaleDB's rule: every unique constraint of a hypertable holds the
+/// partitioning column (TS103 otherwise).
+pub fn check_keys_partitioned(keys: &[KeyDef], time_column: &str) -> Result<()> {
+    if keys
+        .iter()
+        .any(|k| !k.columns.iter().any(|c| c == time_column))
+    {
+        return Err(Error::sql(
+            "TS103",
+            format!(
+                "cannot create a unique index without the column \"{time_column}\" (used in partitioning)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A hypertable's `timescaledb.compress` settings. Sundial's chunks are always
+/// compressed, sorted Parquet: `segmentby` then `orderby` choose the files' sort
+/// order from the next flush or compaction on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompressionDef {
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segmentby: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orderby: Vec<OrderBy>,
+    /// `add_compression_policy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<CompressPolicy>,
+}
+
+/// One `compress_orderby` column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderBy {
+    pub column: String,
+    pub desc: bool,
+    pub nulls_first: bool,
+}
+
+/// A compression policy (TimescaleDB job `policy_compression`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompressPolicy {
+    /// Chunks whose end is older than `now() - after` are compressed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_micros: Option<i64>,
+    /// Or: chunks created before `now() - created_before`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_before_micros: Option<i64>,
+    pub schedule_interval_micros: i64,
+    /// The job's `config` as TimescaleDB shows it (JSON text).
+    pub config: String,
 }
 
 /// A retention policy (TimescaleDB job `policy_retention`), one per hypertable.
@@ -206,6 +276,8 @@ impl TableDef {
             cagg: self.cagg.clone(),
             invalidations: self.invalidations.clone(),
             dropped: self.dropped.clone(),
+            keys: self.keys.clone(),
+            compression: self.compression.clone(),
         }
     }
 
@@ -219,9 +291,53 @@ impl TableDef {
         ))
     }
 
-    /// Whether rows with equal series key and time are merged (last write wins).
+    /// Whether rows with equal key are merged, last write wins: line-protocol
+    /// tables (series and time; field by field) and hypertables with a primary key
+    /// or unique constraint (whole rows: an upsert writes the row's new version).
     pub fn dedups(&self) -> bool {
-        self.line_protocol && self.time_column.is_some()
+        self.time_column.is_some() && (self.line_protocol || self.dedup_key().is_some())
+    }
+
+    /// Whether writes must check unique keys (SQL tables with PRIMARY KEY or
+    /// UNIQUE; line-protocol tables merge duplicate points instead).
+    pub fn checks_keys(&self) -> bool {
+        !self.line_protocol && !self.keys.is_empty()
+    }
+
+    /// Whether duplicates merge field by field (InfluxDB's rule), else whole rows.
+    pub fn merges_fields(&self) -> bool {
+        self.line_protocol
+    }
+
+    /// The constraint whose key versions of a row share: the primary key, else the
+    /// first unique constraint, on a hypertable (where it holds the time column).
+    pub fn dedup_key(&self) -> Option<&KeyDef> {
+        if self.line_protocol || !self.is_hypertable() {
+            return None;
+        }
+        let time = self.time_column.as_ref()?;
+        self.keys.iter().find(|k| k.columns.contains(time))
+    }
+
+    /// The columns files are sorted by before time (and, for tables that merge
+    /// duplicates, the key with time): the tags of a line-protocol table, the
+    /// key of a keyed hypertable, else `compress_segmentby`.
+    pub fn sort_series(&self) -> Vec<String> {
+        if self.line_protocol {
+            return self.series_key.clone();
+        }
+        if let Some(k) = self.dedup_key() {
+            return k
+                .columns
+                .iter()
+                .filter(|c| Some(*c) != self.time_column.as_ref())
+                .cloned()
+                .collect();
+        }
+        match &self.compression {
+            Some(c) => c.segmentby.clone(),
+            None => vec![],
+        }
     }
 
     pub fn is_hypertable(&self) -> bool {
@@ -493,6 +609,8 @@ mod tests {
             chunk_interval_micros: Some(86_400_000_000),
             line_protocol: false,
             lp_columns: false,
+            keys: vec![],
+            compression: None,
         }
     }
 

@@ -24,6 +24,9 @@ pub struct NewTable {
     pub line_protocol: bool,
     /// A SQL table line protocol may add columns to.
     pub lp_columns: bool,
+    /// PRIMARY KEY and UNIQUE constraints.
+    pub keys: Vec<super::KeyDef>,
+    pub compression: Option<super::CompressionDef>,
 }
 
 impl NewTable {
@@ -42,6 +45,8 @@ impl NewTable {
             cagg: None,
             invalidations: vec![],
             dropped: vec![],
+            keys: self.keys,
+            compression: self.compression,
         }
     }
 }
@@ -337,6 +342,7 @@ impl Catalog {
                     "table \"{table}\" is not empty; Sundial cannot migrate existing rows into chunks (migrate_data)"
                 )));
             }
+            super::check_keys_partitioned(&t.keys, column)?;
             let tm = Arc::make_mut(t);
             let col = tm
                 .columns

@@ -5,6 +5,7 @@
 
 mod background;
 pub mod jobs;
+pub mod keys;
 pub mod tx;
 
 use std::collections::BTreeSet;
@@ -86,6 +87,8 @@ pub struct Engine {
     file_stats: Arc<StatsCache>,
     /// Rows derived per chunk file (newest rows per series).
     derived_rows: Arc<DerivedRows>,
+    /// Per keyed table, the lock writers hold across key check and write.
+    key_locks: parking_lot::Mutex<std::collections::HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     /// State the layers above keep once per engine (one value per type).
     shared: parking_lot::Mutex<SharedState>,
     background: Background,
@@ -202,6 +205,7 @@ impl Engine {
             jobs: Default::default(),
             file_stats: Default::default(),
             derived_rows: Arc::new(DerivedRows::with_limit(derived as usize)),
+            key_locks: Default::default(),
             shared: Default::default(),
             background: Background::new(CancellationToken::new()),
             _lock: lock,
@@ -284,13 +288,64 @@ impl Engine {
     }
 
     /// Validates `batch` for `table`, makes it durable and visible; returns rows written.
+    /// A table with PRIMARY KEY or UNIQUE constraints gets every key checked first
+    /// (23505 and nothing written on a conflict).
     pub async fn write(&self, table: &TableDef, batch: RecordBatch) -> Result<u64> {
+        if !table.checks_keys() {
+            return self.writer.write(table, batch).await;
+        }
+        let _keys = self.lock_keys(table.id).await;
+        let batch = crate::write::validate(table, &batch)?;
+        self.check_unique(table, &batch).await?;
         self.writer.write(table, batch).await
+    }
+
+    /// Writes rows whose keys the caller checked, holding the table's key lock.
+    pub async fn write_checked(&self, table: &TableDef, batch: RecordBatch) -> Result<u64> {
+        self.writer.write(table, batch).await
+    }
+
+    /// Fails with 23505 when a row of `batch` (validated for `t`) repeats a key
+    /// value of a stored row or of an earlier row of `batch`. The caller holds the
+    /// table's key lock.
+    pub async fn check_unique(&self, t: &TableDef, batch: &RecordBatch) -> Result<()> {
+        for key in &t.keys {
+            let c = self.find_keys(t, key, batch).await?;
+            if let Some(i) = c.first_conflict() {
+                return Err(Error::Unique {
+                    constraint: key.name.clone(),
+                    detail: format!("{} already exists.", keys::key_text(batch, key, i)),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Writes a committed transaction's rows (validated batches, possibly several
     /// tables) as one WAL record: durable and visible all at once.
     pub async fn write_many(&self, writes: &[(Arc<TableDef>, RecordBatch)]) -> Result<u64> {
+        // Keyed tables: their locks in id order (no two writers wait on each other),
+        // then every key of all the table's rows at once.
+        let mut keyed: Vec<&Arc<TableDef>> = writes
+            .iter()
+            .map(|(t, _)| t)
+            .filter(|t| t.checks_keys())
+            .collect();
+        keyed.sort_by_key(|t| t.id);
+        keyed.dedup_by_key(|t| t.id);
+        let mut guards = Vec::with_capacity(keyed.len());
+        for t in &keyed {
+            guards.push(self.lock_keys(t.id).await);
+        }
+        for t in &keyed {
+            let mine: Vec<RecordBatch> = writes
+                .iter()
+                .filter(|(w, _)| w.id == t.id)
+                .map(|(_, b)| crate::storage::adapt_batch(b, &t.schema()))
+                .collect::<Result<_>>()?;
+            let all = arrow::compute::concat_batches(&t.schema(), &mine)?;
+            self.check_unique(t, &all).await?;
+        }
         self.writer.write_many(writes).await
     }
 

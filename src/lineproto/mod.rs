@@ -953,6 +953,8 @@ fn ensure_tables(
                 chunk_interval_micros: Some(interval),
                 line_protocol: true,
                 lp_columns: false,
+                keys: vec![],
+                compression: None,
             },
             // Tables already complete ask for nothing: they come back unchanged.
             columns: if ready(m).is_some() {

@@ -52,12 +52,19 @@ pub fn in_ranges(
 pub struct DedupExec {
     schema: SchemaRef,
     keys: Vec<usize>,
+    /// The latest row of a key wins whole (else field by field).
+    whole_rows: bool,
     children: Vec<Arc<dyn ExecutionPlan>>,
     props: Arc<PlanProperties>,
 }
 
 impl DedupExec {
-    pub fn new(schema: SchemaRef, keys: Vec<usize>, children: Vec<Arc<dyn ExecutionPlan>>) -> Self {
+    pub fn new(
+        schema: SchemaRef,
+        keys: Vec<usize>,
+        whole_rows: bool,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Self {
         let props = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema.clone()),
             Partitioning::UnknownPartitioning(1),
@@ -67,6 +74,7 @@ impl DedupExec {
         DedupExec {
             schema,
             keys,
+            whole_rows,
             children,
             props,
         }
@@ -123,6 +131,7 @@ impl ExecutionPlan for DedupExec {
         let children = self.children.clone();
         let schema = self.schema.clone();
         let keys = self.keys.clone();
+        let whole_rows = self.whole_rows;
         let fut = async move {
             let mut batches = vec![];
             for child in children {
@@ -138,7 +147,7 @@ impl ExecutionPlan for DedupExec {
                 }
             }
             let all = arrow::compute::concat_batches(&schema, &batches)?;
-            dedup_sort(&all, &keys).map_err(DataFusionError::from)
+            dedup_sort(&all, &keys, whole_rows).map_err(DataFusionError::from)
         };
         let stream = futures::stream::once(fut);
         Ok(Box::pin(RecordBatchStreamAdapter::new(

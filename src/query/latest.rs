@@ -352,10 +352,11 @@ fn latest_unit(
         return Ok(None);
     }
     let unit: Vec<String> = if table.dedups() {
-        if !keys.iter().all(|c| table.series_key.contains(c)) {
+        let series = table.sort_series();
+        if !keys.iter().all(|c| series.contains(c)) {
             return Ok(None);
         }
-        table.series_key.clone()
+        series
     } else {
         let mut u: Vec<String> = vec![];
         for c in keys {
@@ -469,7 +470,8 @@ impl ScanVariant for NewestRowsScan {
             unit,
             time,
             per,
-            dedup: storage::dedup::key_indices(&table, &schema),
+            dedup: storage::dedup::key_indices(&table, &schema)
+                .map(|k| (k, !table.merges_fields())),
             what,
             cache,
             sources,
@@ -522,7 +524,8 @@ pub struct LatestRowsExec {
     unit: Vec<usize>,
     time: usize,
     per: usize,
-    dedup: Option<Vec<usize>>,
+    /// Key columns and whether the latest row wins whole, for tables that merge.
+    dedup: Option<(Vec<usize>, bool)>,
     what: String,
     cache: Arc<DerivedRows>,
     sources: Vec<Source>,
@@ -619,8 +622,8 @@ impl ExecutionPlan for LatestRowsExec {
             }
             let all = concat_batches(&schema, &parts)?;
             match dedup {
-                Some(keys) => {
-                    storage::dedup::dedup_sort(&all, &keys).map_err(DataFusionError::from)
+                Some((keys, whole)) => {
+                    storage::dedup::dedup_sort(&all, &keys, whole).map_err(DataFusionError::from)
                 }
                 None => Ok(all),
             }

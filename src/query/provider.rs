@@ -247,7 +247,7 @@ impl HypertableProvider {
             };
             let sorted_by = |i: &usize| {
                 let name = schema.field(*i).name();
-                self.table.series_key.contains(name)
+                self.table.sort_series().contains(name)
                     || self.table.time_column.as_ref() == Some(name)
             };
             narrow_time || (others >= PUSHDOWN_MIN_OTHER_COLUMNS && !read.iter().all(sorted_by))
@@ -333,8 +333,12 @@ impl HypertableProvider {
             children.push(Arc::new(FilterExec::try_new(inside.clone(), scan)?));
         }
         let keys = storage::dedup::key_indices(table, schema).unwrap_or_default();
-        let merged: Arc<dyn ExecutionPlan> =
-            Arc::new(DedupExec::new(schema.clone(), keys, children));
+        let merged: Arc<dyn ExecutionPlan> = Arc::new(DedupExec::new(
+            schema.clone(),
+            keys,
+            !table.merges_fields(),
+            children,
+        ));
         let both = UnionExec::try_new(vec![pass, merged])?;
         match projection {
             None => Ok(both),
@@ -427,6 +431,11 @@ pub(crate) fn select_columns(
 #[derive(Debug, Default)]
 pub struct PinnedFiles(pub std::collections::HashMap<u64, Arc<TableDef>>);
 
+/// An INSERT whose rows the SQL layer takes instead of having them written
+/// (ON CONFLICT and RETURNING decide what is written). A session-config extension.
+#[derive(Debug, Default)]
+pub struct CapturedInsert(pub parking_lot::Mutex<Option<RecordBatch>>);
+
 pub(crate) fn staged_ops(state: &dyn Session, id: u64) -> Vec<crate::engine::tx::StagedOp> {
     state
         .config()
@@ -468,10 +477,10 @@ pub(crate) fn narrow_time_filter(table: &TableDef, filters: &[Expr], files: &[&F
         return false;
     }
     // Without a series key, files are in time order and the page index narrows.
-    let Some(first) = table.series_key.first() else {
+    let Some(first) = table.sort_series().first().cloned() else {
         return false;
     };
-    let is_first = |e: &Expr| matches!(e, Expr::Column(c) if &c.name == first);
+    let is_first = |e: &Expr| matches!(e, Expr::Column(c) if c.name == first);
     !filters.iter().any(|e| match e {
         Expr::BinaryExpr(BinaryExpr {
             left,
@@ -1054,11 +1063,8 @@ pub(crate) fn kept_sources(
     let schema = table.schema();
     let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
     let safe: Vec<Expr> = if table.dedups() {
-        let keys: Vec<&String> = table
-            .series_key
-            .iter()
-            .chain(table.time_column.iter())
-            .collect();
+        let series = table.sort_series();
+        let keys: Vec<&String> = series.iter().chain(table.time_column.iter()).collect();
         filters
             .iter()
             .filter(|e| e.column_refs().iter().all(|c| keys.contains(&&c.name)))
@@ -1181,6 +1187,12 @@ impl DataSink for TableSink {
         }
         let schema = batches[0].schema();
         let batch = arrow::compute::concat_batches(&schema, &batches)?;
+        // ON CONFLICT and RETURNING: the SQL layer takes the rows and writes them.
+        if let Some(c) = context.session_config().get_extension::<CapturedInsert>() {
+            let n = batch.num_rows() as u64;
+            *c.0.lock() = Some(batch);
+            return Ok(n);
+        }
         // Inside a transaction block the rows wait for COMMIT.
         if let Some(staging) = context.session_config().get_extension::<Staging>()
             && staging.in_block()

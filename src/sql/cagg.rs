@@ -234,6 +234,8 @@ pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
         chunk_interval_micros: Some(interval),
         line_protocol: false,
         lp_columns: false,
+        keys: vec![],
+        compression: None,
     };
     s.engine.catalog().create_cagg(&s.db, table, cagg, view)?;
     if !opts.no_data

@@ -42,6 +42,7 @@ pub fn handles(stmt: &Statement) -> bool {
         }
         Statement::Query(_) => management_call(stmt).is_some(),
         Statement::Delete(_) | Statement::Truncate(_) | Statement::Update(_) => true,
+        Statement::Insert(i) => super::upsert::handles(i),
         Statement::Call(f) => {
             let n = f.name.to_string();
             n.eq_ignore_ascii_case("run_job") || n.eq_ignore_ascii_case(super::cagg::REFRESH)
@@ -197,6 +198,7 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
         }
         Statement::Delete(d) => super::chunks::delete(s, d).await,
         Statement::Update(u) => super::update::update(s, u).await,
+        Statement::Insert(i) => super::upsert::insert(s, i).await,
         Statement::Truncate(t) => {
             let names: Vec<ast::ObjectName> =
                 t.table_names.iter().map(|n| n.name.clone()).collect();
@@ -238,7 +240,8 @@ fn allowed_in_block(s: &Session, stmt: &Statement) -> Result<()> {
         Statement::CreateTable(_)
         | Statement::Delete(_)
         | Statement::Truncate(_)
-        | Statement::Update(_) => true,
+        | Statement::Update(_)
+        | Statement::Insert(_) => true,
         Statement::Drop {
             object_type: ObjectType::Table,
             ..
@@ -396,6 +399,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
             return Err(Error::DuplicateColumn(c.name.clone()));
         }
     }
+    let keys = table_keys(ct, &name, &mut columns)?;
     let opts = with_options(ct)?;
     let (time_column, interval) = if opts.hypertable {
         let tc = match opts.partition_column {
@@ -413,6 +417,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
             .ok_or_else(|| Error::UndefinedColumn(tc.clone()))?;
         check_time_column(col)?;
         col.nullable = false;
+        crate::catalog::check_keys_partitioned(&keys, &tc)?;
         (
             Some(tc),
             Some(
@@ -432,10 +437,101 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
             chunk_interval_micros: interval,
             line_protocol: false,
             lp_columns: opts.lp_columns,
+            keys,
+            compression: None,
         },
         ct.if_not_exists,
     )?;
     Ok(Output::Command("CREATE TABLE".into()))
+}
+
+/// PostgreSQL's name for a constraint: `t_pkey`, `t_a_b_key`.
+pub(crate) fn key_name(table: &str, columns: &[String], primary: bool) -> String {
+    if primary {
+        format!("{table}_pkey")
+    } else {
+        format!("{table}_{}_key", columns.join("_"))
+    }
+}
+
+/// The PRIMARY KEY and UNIQUE constraints of a CREATE TABLE (column or table
+/// constraints), the primary key first; its columns become NOT NULL.
+fn table_keys(
+    ct: &ast::CreateTable,
+    table: &str,
+    columns: &mut [ColumnDef],
+) -> Result<Vec<crate::catalog::KeyDef>> {
+    let mut keys: Vec<crate::catalog::KeyDef> = vec![];
+    let mut add = |name: Option<&ast::Ident>, cols: Vec<String>, primary: bool| -> Result<()> {
+        for c in &cols {
+            if !columns.iter().any(|d| &d.name == c) {
+                return Err(Error::sql(
+                    "42703",
+                    format!("column \"{c}\" named in key does not exist"),
+                ));
+            }
+        }
+        if primary && keys.iter().any(|k| k.primary) {
+            return Err(Error::sql(
+                "42P16",
+                format!("multiple primary keys for table \"{table}\" are not allowed"),
+            ));
+        }
+        let name = name
+            .map(args::fold)
+            .unwrap_or_else(|| key_name(table, &cols, primary));
+        let k = crate::catalog::KeyDef {
+            name,
+            columns: cols,
+            primary,
+        };
+        if primary {
+            keys.insert(0, k);
+        } else {
+            keys.push(k);
+        }
+        Ok(())
+    };
+    for c in &ct.columns {
+        for o in &c.options {
+            match &o.option {
+                ColumnOption::PrimaryKey(_) => {
+                    add(o.name.as_ref(), vec![args::fold(&c.name)], true)?
+                }
+                ColumnOption::Unique(_) => add(o.name.as_ref(), vec![args::fold(&c.name)], false)?,
+                _ => {}
+            }
+        }
+    }
+    let index_cols = |cols: &[ast::IndexColumn]| -> Result<Vec<String>> {
+        cols.iter()
+            .map(|c| match &c.column.expr {
+                ast::Expr::Identifier(i) => Ok(args::fold(i)),
+                other => Err(Error::NotSupported(format!(
+                    "a key on an expression ({other})"
+                ))),
+            })
+            .collect()
+    };
+    for tc in &ct.constraints {
+        match tc {
+            ast::TableConstraint::PrimaryKey(p) => {
+                add(p.name.as_ref(), index_cols(&p.columns)?, true)?
+            }
+            ast::TableConstraint::Unique(u) => {
+                add(u.name.as_ref(), index_cols(&u.columns)?, false)?
+            }
+            _ => {}
+        }
+    }
+    if let Some(pk) = keys.first().filter(|k| k.primary) {
+        for c in columns.iter_mut() {
+            if pk.columns.contains(&c.name) {
+                c.nullable = false;
+            }
+        }
+    }
+    Ok(keys)
 }
 
 fn default_time_column(columns: &[ColumnDef]) -> Option<String> {

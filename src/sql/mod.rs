@@ -24,6 +24,7 @@ pub mod roles;
 pub mod session;
 pub mod tx;
 pub mod update;
+pub mod upsert;
 pub mod viewdefs;
 pub mod views;
 

@@ -87,7 +87,7 @@ pub fn rewrite(sql: &str) -> String {
 /// ALTER TABLE marked [`MATVIEW_MARK`].
 fn matviews(sql: &str) -> String {
     let lower = sql.to_ascii_lowercase();
-    if !lower.contains("materialized") {
+    if !lower.contains("materialized") && !(lower.contains("alter") && lower.contains("set")) {
         return sql.to_string();
     }
     let Some(tokens) = significant_tokens(sql) else {
@@ -118,6 +118,27 @@ fn matviews(sql: &str) -> String {
             && is_kw(&sig[k + 1].token, "replace")
         {
             k += 2;
+        }
+        // ALTER TABLE t SET (timescaledb.compress, …): the dotted keys quoted.
+        if alter && k < stop && is_kw(&sig[k].token, "table") {
+            let mut j = k + 1;
+            while j + 1 < stop
+                && !(is_kw(&sig[j].token, "set") && matches!(sig[j + 1].token, Token::LParen))
+            {
+                j += 1;
+            }
+            if j + 1 < stop
+                && let Some(end) = matching(&sig, j + 1)
+                && sig[j + 2..end]
+                    .iter()
+                    .any(|t| matches!(t.token, Token::Period))
+                && let (Some(from), Some(to)) = (off(sig[j + 1], false), off(sig[end], true))
+                && let Some(text) = options_text(&sig[j + 2..end])
+            {
+                edits.push((from, to, format!("({text})")));
+            }
+            i = stop + 1;
+            continue;
         }
         let matview = (create || alter)
             && k + 1 < stop

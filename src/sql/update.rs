@@ -42,8 +42,10 @@ struct Plan {
     /// The query: new values of every column, then old values of `old_cols`, then
     /// the row number (with FROM), then the RETURNING items.
     sql: String,
-    /// Columns whose old values identify the rows to replace (by position).
+    /// Columns whose old values the query returns (by position): the first
+    /// `match_len` identify the rows to replace, the rest complete unique keys.
     old_cols: Vec<usize>,
+    match_len: usize,
     has_from: bool,
     /// The WHERE clause, for the plain path (rows found by a predicate on the table).
     selection: Option<String>,
@@ -122,10 +124,22 @@ fn plan(s: &Session, u: &ast::Update) -> Result<Plan> {
     let has_from = from.is_some_and(|f| !f.is_empty());
     // Rows are replaced by their old values: all columns, or for a table that merges
     // points the key (series and time), so every copy of a point goes.
-    let old_cols: Vec<usize> = match crate::storage::dedup::key_indices(&table, &table.schema()) {
+    // Unique keys are checked against the old values of their columns too.
+    let mut old_cols: Vec<usize> = match crate::storage::dedup::key_indices(&table, &table.schema())
+    {
         Some(k) => k,
         None => (0..table.columns.len()).collect(),
     };
+    let match_len = old_cols.len();
+    for k in &table.keys {
+        for c in &k.columns {
+            if let Some(i) = table.columns.iter().position(|d| &d.name == c)
+                && !old_cols.contains(&i)
+            {
+                old_cols.push(i);
+            }
+        }
+    }
     let mut inner = vec![];
     for (c, v) in table.columns.iter().zip(&new_values) {
         inner.push(format!("{v} AS {}", quote(&c.name)));
@@ -182,6 +196,7 @@ fn plan(s: &Session, u: &ast::Update) -> Result<Plan> {
         alias: alias_name,
         sql,
         old_cols,
+        match_len,
         has_from,
         selection: u.selection.as_ref().map(|w| w.to_string()),
         returning,
@@ -191,6 +206,32 @@ fn plan(s: &Session, u: &ast::Update) -> Result<Plan> {
 /// For a statement that returns rows natively (`UPDATE … RETURNING`), a query whose
 /// result has the same columns: the RETURNING items over the table.
 pub fn returning_query(s: &Session, stmt: &ast::Statement) -> Option<String> {
+    if let ast::Statement::Insert(ins) = stmt {
+        let items = ins.returning.as_ref()?;
+        let ast::TableObject::TableName(name) = &ins.table else {
+            return None;
+        };
+        let table_name = super::args::table_name(name).ok()?;
+        let table = s
+            .engine
+            .catalog()
+            .snapshot()
+            .table(&s.db, &table_name)
+            .ok()?
+            .clone();
+        let (alias_sql, alias_name) = match &ins.table_alias {
+            Some(a) => (a.alias.to_string(), super::args::fold(&a.alias)),
+            None => (
+                name.0.last().map(|p| p.to_string()).unwrap_or_default(),
+                table_name,
+            ),
+        };
+        let items = returning_items(&table, &alias_sql, &alias_name, items);
+        return Some(format!(
+            "SELECT {} FROM {name} AS {alias_sql}",
+            items.join(", ")
+        ));
+    }
     let ast::Statement::Update(u) = stmt else {
         return None;
     };
@@ -448,15 +489,15 @@ fn deletion(state: &SessionState, plan: &Plan, found: &Found, by_set: bool) -> R
             t.columns[i].name.clone(),
         ))
     };
-    let types: Vec<DataType> = plan
-        .old_cols
+    let matching = &plan.old_cols[..plan.match_len];
+    let types: Vec<DataType> = matching
         .iter()
         .map(|i| t.columns[*i].sql_type.to_arrow())
         .collect();
-    let set = RowIn::new(&found.old, types)?;
-    let mut pred = set.call(plan.old_cols.iter().map(|i| col(*i)).collect());
+    let set = RowIn::new(&found.old[..plan.match_len], types)?;
+    let mut pred = set.call(matching.iter().map(|i| col(*i)).collect());
     if let Some(ti) = t.time_index()
-        && let Some(pos) = plan.old_cols.iter().position(|c| *c == ti)
+        && let Some(pos) = matching.iter().position(|c| *c == ti)
         && let Some((lo, hi)) = time_span(&found.old[pos])?
     {
         let dt = t.columns[ti].sql_type.to_arrow();
@@ -467,6 +508,47 @@ fn deletion(state: &SessionState, plan: &Plan, found: &Found, by_set: bool) -> R
             .and(pred);
     }
     Ok(pred)
+}
+
+/// 23505 when a new row takes a unique key's value that a stored row keeps (one
+/// the statement does not replace) or another new row has.
+async fn check_keys(s: &Session, t: &TableDef, plan: &Plan, found: &Found) -> Result<()> {
+    if !t.checks_keys() {
+        return Ok(());
+    }
+    let old_fields: Vec<Field> = plan
+        .old_cols
+        .iter()
+        .zip(&found.old)
+        .map(|(i, a)| Field::new(&t.columns[*i].name, a.data_type().clone(), true))
+        .collect();
+    let old = RecordBatch::try_new_with_options(
+        Arc::new(Schema::new(old_fields)),
+        found.old.clone(),
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(found.new_rows.num_rows())),
+    )?;
+    for key in &t.keys {
+        let c = s.engine.find_keys(t, key, &found.new_rows).await?;
+        let replaced: std::collections::HashSet<Box<[u8]>> =
+            super::upsert::key_bytes(t, key, &old)?
+                .into_iter()
+                .flatten()
+                .collect();
+        let new_keys = super::upsert::key_bytes(t, key, &found.new_rows)?;
+        for (i, k) in new_keys.iter().enumerate() {
+            let kept = c.existing[i] && k.as_ref().is_some_and(|k| !replaced.contains(k));
+            if c.repeated[i] || kept {
+                return Err(Error::Unique {
+                    constraint: key.name.clone(),
+                    detail: format!(
+                        "{} already exists.",
+                        crate::engine::keys::key_text(&found.new_rows, key, i)
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Oldest and newest of a time column (microseconds).
@@ -484,6 +566,11 @@ fn time_span(a: &ArrayRef) -> Result<Option<(i64, i64)>> {
 async fn apply(s: &Session, plan: &Plan) -> Result<(u64, Option<(SchemaRef, RecordBatch)>)> {
     let mut by_set = false;
     let mut attempt = 0;
+    let _keys = if plan.table.checks_keys() {
+        Some(s.engine.lock_keys(plan.table.id).await)
+    } else {
+        None
+    };
     loop {
         attempt += 1;
         s.engine.flush().await?;
@@ -502,6 +589,7 @@ async fn apply(s: &Session, plan: &Plan) -> Result<(u64, Option<(SchemaRef, Reco
         if n == 0 {
             return Ok((0, found.returned));
         }
+        check_keys(s, &t, plan, &found).await?;
         let logical = deletion(&state, plan, &found, by_set)?;
         let df_schema = crate::query::staged::qualified_schema(&t)?;
         let physical = state.create_physical_expr(logical.clone(), &df_schema)?;

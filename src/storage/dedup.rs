@@ -18,8 +18,9 @@ pub fn key_indices(table: &TableDef, schema: &arrow::datatypes::Schema) -> Optio
     if !table.dedups() {
         return None;
     }
-    let mut keys = Vec::with_capacity(table.series_key.len() + 1);
-    for name in table.series_key.iter().chain(table.time_column.iter()) {
+    let series = table.sort_series();
+    let mut keys = Vec::with_capacity(series.len() + 1);
+    for name in series.iter().chain(table.time_column.iter()) {
         keys.push(schema.index_of(name).ok()?);
     }
     Some(keys)
@@ -42,10 +43,11 @@ pub fn may_have_duplicates(batch: &RecordBatch, keys: &[usize]) -> Result<bool> 
 
 /// Sorts `batch` by `keys` (series columns then time) and merges rows with equal
 /// keys: for every other column the value of the latest row (highest position in
-/// `batch`) that is not NULL wins. Rows are assumed to be in arrival order.
-pub fn dedup_sort(batch: &RecordBatch, keys: &[usize]) -> Result<RecordBatch> {
+/// `batch`) that is not NULL wins, or with `whole_rows` the latest row. Rows are
+/// assumed to be in arrival order.
+pub fn dedup_sort(batch: &RecordBatch, keys: &[usize], whole_rows: bool) -> Result<RecordBatch> {
     let order = DedupOrder::new(batch, keys)?;
-    order.take(batch, keys, 0..order.len())
+    order.take(batch, keys, 0..order.len(), whole_rows)
 }
 
 /// Where the rows of [`dedup_sort`]'s answer come from, so that a large batch can
@@ -102,12 +104,14 @@ impl DedupOrder {
         self.len() == 0
     }
 
-    /// Rows `range` of the answer, taken from `batch` (the batch it was made for).
+    /// Rows `range` of the answer, taken from `batch` (the batch it was made for);
+    /// `whole_rows`: the latest row of a key wins whole, else field by field.
     pub fn take(
         &self,
         batch: &RecordBatch,
         keys: &[usize],
         range: std::ops::Range<usize>,
+        whole_rows: bool,
     ) -> Result<RecordBatch> {
         let Some(runs) = &self.runs else {
             // No duplicates: a plain sort.
@@ -117,7 +121,7 @@ impl DedupOrder {
         let order = &self.order[..];
         let mut out = Vec::with_capacity(batch.num_columns());
         for (c, col) in batch.columns().iter().enumerate() {
-            let is_key = keys.contains(&c);
+            let is_key = whole_rows || keys.contains(&c);
             let idx: UInt32Array = runs[range.clone()]
                 .iter()
                 .map(|&(s, e)| {
@@ -175,7 +179,7 @@ mod tests {
             &[Some(7), None, None, Some(9)],
         );
         assert!(may_have_duplicates(&b, &[0, 1]).unwrap());
-        let out = dedup_sort(&b, &[0, 1]).unwrap();
+        let out = dedup_sort(&b, &[0, 1], false).unwrap();
         assert_eq!(out.num_rows(), 3);
         let a = out
             .column(2)
@@ -197,7 +201,7 @@ mod tests {
     fn no_duplicates_only_sorts() {
         let b = batch(&["y", "x"], &[1, 1], &[Some(1.0), Some(2.0)], &[None, None]);
         assert!(!may_have_duplicates(&b, &[0, 1]).unwrap());
-        let out = dedup_sort(&b, &[0, 1]).unwrap();
+        let out = dedup_sort(&b, &[0, 1], false).unwrap();
         let h = out
             .column(0)
             .as_any()

@@ -50,7 +50,7 @@ const WRITE_SLICE_ROWS: usize = 64 * 1024;
 /// The order a flush writes a batch in.
 enum Sorted {
     /// Series then time, duplicates merged (line-protocol tables); with the keys.
-    Dedup(dedup::DedupOrder, Vec<usize>),
+    Dedup(dedup::DedupOrder, Vec<usize>, bool),
     /// Time order (other tables); `None` keeps the batch's order.
     Time(Option<arrow::array::UInt32Array>, usize),
 }
@@ -58,14 +58,14 @@ enum Sorted {
 impl Sorted {
     fn len(&self) -> usize {
         match self {
-            Sorted::Dedup(o, _) => o.len(),
+            Sorted::Dedup(o, _, _) => o.len(),
             Sorted::Time(_, n) => *n,
         }
     }
 
     fn take(&self, batch: &RecordBatch, range: std::ops::Range<usize>) -> Result<RecordBatch> {
         match self {
-            Sorted::Dedup(o, keys) => o.take(batch, keys, range),
+            Sorted::Dedup(o, keys, whole) => o.take(batch, keys, range, *whole),
             Sorted::Time(Some(idx), _) => Ok(take_record_batch(
                 batch,
                 &idx.slice(range.start, range.len()),
@@ -241,7 +241,11 @@ pub async fn write_chunk_file(
     // go to the writer a slice at a time, so the flush never holds a sorted copy of
     // the whole batch beside it.
     let order = match dedup::key_indices(table, &batch.schema()) {
-        Some(keys) => Sorted::Dedup(dedup::DedupOrder::new(batch, &keys)?, keys),
+        Some(keys) => Sorted::Dedup(
+            dedup::DedupOrder::new(batch, &keys)?,
+            keys,
+            !table.merges_fields(),
+        ),
         None => time_order(table, batch)?,
     };
     let rows = order.len();

@@ -147,7 +147,7 @@ pub async fn rewrite(
                     Some(c) => arrow::compute::concat_batches(&schema, [&c, &batch])?,
                     None => batch,
                 };
-                let merged = dedup::dedup_sort(&all, &keys)?;
+                let merged = dedup::dedup_sort(&all, &keys, !table.merges_fields())?;
                 let n = merged.num_rows();
                 if n == 0 {
                     continue;

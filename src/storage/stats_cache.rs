@@ -250,6 +250,8 @@ mod tests {
             cagg: None,
             invalidations: vec![],
             dropped: vec![],
+            keys: vec![],
+            compression: None,
         })
     }
 

@@ -54,11 +54,13 @@ use crate::sql::{self, Output, Prepared, Session};
 
 /// Converts a Sundial error to a client-visible ErrorResponse.
 pub fn to_pg(e: Error) -> PgWireError {
-    PgWireError::UserError(Box::new(ErrorInfo::new(
+    let mut info = ErrorInfo::new(
         "ERROR".to_owned(),
         e.sqlstate().to_owned(),
         e.client_message(),
-    )))
+    );
+    info.detail = e.detail();
+    PgWireError::UserError(Box::new(info))
 }
 
 /// Counts a statement as in flight while alive.
