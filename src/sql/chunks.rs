@@ -530,6 +530,22 @@ pub async fn delete(s: &Session, del: &ast::Delete) -> Result<Output> {
         return Err(Error::NotSupported("DELETE with joins".into()));
     }
     let table_name = super::args::table_name(name)?;
+    let current = s
+        .engine
+        .catalog()
+        .snapshot()
+        .table(&s.db, &table_name)?
+        .clone();
+    if current.dedups() && del.selection.is_some() {
+        let n = super::update::delete_merged(
+            s,
+            &current,
+            &twj.relation.to_string(),
+            del.selection.as_ref(),
+        )
+        .await?;
+        return Ok(Output::Command(format!("DELETE {n}")));
+    }
     if s.staging.in_block() {
         return stage_delete(s, &table_name, del.selection.as_ref()).await;
     }

@@ -87,7 +87,8 @@ pub fn rewrite(sql: &str) -> String {
 /// ALTER TABLE marked [`MATVIEW_MARK`].
 fn matviews(sql: &str) -> String {
     let lower = sql.to_ascii_lowercase();
-    if !lower.contains("materialized") && !(lower.contains("alter") && lower.contains("set")) {
+    let alter_set = lower.contains("alter") && lower.contains("set");
+    if !(lower.contains("materialized") || alter_set) {
         return sql.to_string();
     }
     let Some(tokens) = significant_tokens(sql) else {

@@ -626,3 +626,100 @@ async fn stage(s: &Session, plan: &Plan) -> Result<(u64, Option<(SchemaRef, Reco
     s.staging.insert(&plan.table, found.new_rows)?;
     Ok((n, found.returned))
 }
+
+/// DELETE on a table that merges duplicate keys (line protocol, keyed
+/// hypertables): the WHERE clause picks rows as readers see them (merged), and
+/// every stored version of their keys goes, so no older version comes back.
+/// Returns the rows deleted as the session saw them.
+pub async fn delete_merged(
+    s: &Session,
+    table: &Arc<TableDef>,
+    from_sql: &str,
+    selection: Option<&ast::Expr>,
+) -> Result<u64> {
+    let keys = crate::storage::dedup::key_indices(table, &table.schema())
+        .ok_or_else(|| Error::Internal("delete_merged on a table without a key".into()))?;
+    let cols: Vec<String> = keys
+        .iter()
+        .map(|i| quote(&table.columns[*i].name))
+        .collect();
+    let mut sql = format!("SELECT {} FROM {from_sql}", cols.join(", "));
+    if let Some(w) = selection {
+        sql.push_str(&format!(" WHERE {w}"));
+    }
+    let in_block = s.staging.in_block();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (t, state) = if in_block {
+            (table.clone(), s.ctx.state())
+        } else {
+            s.engine.flush().await?;
+            let m = s.engine.catalog().snapshot();
+            let (_, t) = m
+                .table_by_id(table.id)
+                .ok_or_else(|| Error::UndefinedTable(table.name.clone()))?;
+            let t = t.clone();
+            let cfg = s
+                .ctx
+                .copied_config()
+                .with_extension(Arc::new(PinnedFiles(HashMap::from([(t.id, t.clone())]))));
+            let state = SessionStateBuilder::new_from_existing(s.ctx.state())
+                .with_config(cfg)
+                .build();
+            (t, state)
+        };
+        let stmt = super::parse(&sql)?
+            .pop()
+            .ok_or_else(|| Error::Internal("DELETE planned no query".into()))?;
+        let Prepared::Plan { plan: lp, .. } = s.prepare_in(&state, stmt, &[]).await? else {
+            return Err(Error::Internal("DELETE query planned as native".into()));
+        };
+        let df = DataFrame::new(state.clone(), lp);
+        let batches = df.collect().await?;
+        let n: usize = batches.iter().map(|b| b.num_rows()).sum();
+        if n == 0 {
+            return Ok(0);
+        }
+        let schema = batches[0].schema();
+        let found = arrow::compute::concat_batches(&schema, &batches)?;
+        let plan = Plan {
+            table: t.clone(),
+            alias: t.name.clone(),
+            sql: String::new(),
+            old_cols: keys.clone(),
+            match_len: keys.len(),
+            has_from: false,
+            selection: None,
+            returning: false,
+        };
+        let f = Found {
+            new_rows: RecordBatch::new_empty(t.schema()),
+            old: found.columns().to_vec(),
+            returned: None,
+        };
+        let pred = deletion(&state, &plan, &f, true)?;
+        if in_block {
+            s.staging.delete(t.id, pred);
+            return Ok(n as u64);
+        }
+        let df_schema = crate::query::staged::qualified_schema(&t)?;
+        let physical = state.create_physical_expr(pred.clone(), &df_schema)?;
+        let files = crate::query::provider::files_to_delete_from(&state, &t, &pred, &physical)?;
+        let change = TableChange {
+            table: t.clone(),
+            pred: Some(physical),
+            files,
+            inserts: vec![],
+            refreshed: vec![],
+            expect_removed: None,
+        };
+        match s.engine.commit_changes(&s.db, vec![change]).await {
+            Ok(()) => return Ok(n as u64),
+            Err(e @ Error::Catalog(_)) if attempt < ATTEMPTS => {
+                tracing::info!(table = %t.name, reason = %e, "DELETE runs again");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
