@@ -375,6 +375,80 @@ impl Catalog {
         })
     }
 
+    /// Adds a PRIMARY KEY or UNIQUE constraint to `table` (a primary key's columns
+    /// become NOT NULL). The caller checked the stored rows; `name` must be new
+    /// among the database's keys, `index` telling the error to give (an index
+    /// name is a relation name).
+    pub fn add_key(&self, db: &str, table: &str, key: super::KeyDef, index: bool) -> Result<()> {
+        self.update(|m| {
+            let d = m.database(db)?;
+            if d.tables
+                .values()
+                .any(|t| t.keys.iter().any(|k| k.name == key.name))
+                || (index && (d.tables.contains_key(&key.name) || d.views.contains_key(&key.name)))
+            {
+                return Err(if index {
+                    Error::DuplicateTable(key.name.clone())
+                } else {
+                    Error::sql(
+                        "42710",
+                        format!(
+                            "constraint \"{}\" for relation \"{table}\" already exists",
+                            key.name
+                        ),
+                    )
+                });
+            }
+            let t = table_mut(m, db, table)?;
+            for c in &key.columns {
+                if t.column(c).is_none() {
+                    return Err(Error::UndefinedColumn(c.clone()));
+                }
+            }
+            if key.primary && t.keys.iter().any(|k| k.primary) {
+                return Err(Error::sql(
+                    "42P16",
+                    format!("multiple primary keys for table \"{table}\" are not allowed"),
+                ));
+            }
+            if let Some(tc) = &t.time_column
+                && t.is_hypertable()
+            {
+                super::check_keys_partitioned(std::slice::from_ref(&key), tc)?;
+            }
+            let tm = Arc::make_mut(t);
+            if key.primary {
+                for c in tm.columns.iter_mut() {
+                    if key.columns.contains(&c.name) {
+                        c.nullable = false;
+                    }
+                }
+                tm.keys.insert(0, key);
+            } else {
+                tm.keys.push(key);
+            }
+            Ok(())
+        })
+    }
+
+    /// Drops the key `name` of `table` (any table of the database when `None`).
+    /// Returns the table it belonged to; `None` when there is no such key.
+    pub fn drop_key(&self, db: &str, table: Option<&str>, name: &str) -> Result<Option<String>> {
+        self.update(|m| {
+            let d = m.database_mut(db)?;
+            for (tn, t) in d.tables.iter_mut() {
+                if table.is_some_and(|w| w != tn) {
+                    continue;
+                }
+                if let Some(i) = t.keys.iter().position(|k| k.name == name) {
+                    Arc::make_mut(t).keys.remove(i);
+                    return Ok(Some(tn.clone()));
+                }
+            }
+            Ok(None)
+        })
+    }
+
     /// `add_retention_policy`: returns the job id, or -1 when a policy exists and
     /// `if_not_exists` (TimescaleDB's answer, with a notice).
     pub fn set_retention(

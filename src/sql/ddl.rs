@@ -27,6 +27,9 @@ pub const FUNCTIONS: [&str; 4] = [
 
 /// Whether `stmt` is DDL or a management function call Sundial runs itself.
 pub fn handles(stmt: &Statement) -> bool {
+    if super::constraints::handles(stmt) {
+        return true;
+    }
     match stmt {
         Statement::CreateTable(_) | Statement::CreateDatabase { .. } | Statement::AlterTable(_) => {
             true
@@ -101,6 +104,9 @@ fn one_text_row(name: &str, value: String) -> Result<Output> {
 pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
     if s.staging.in_block() {
         allowed_in_block(s, stmt)?;
+    }
+    if super::constraints::handles(stmt) {
+        return super::constraints::run(s, stmt).await;
     }
     match stmt {
         Statement::CreateTable(ct) => {
@@ -246,6 +252,7 @@ fn allowed_in_block(s: &Session, stmt: &Statement) -> Result<()> {
             object_type: ObjectType::Table,
             ..
         } => true,
+        Statement::CreateIndex(ci) => table_of_block(&ci.table_name),
         Statement::AlterTable(at) => table_of_block(&at.name),
         Statement::Query(_) => match management_call(stmt) {
             Some((name, args)) => {

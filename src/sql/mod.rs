@@ -7,6 +7,7 @@ pub mod args;
 pub mod cagg;
 pub mod chunks;
 pub mod complexity;
+pub mod constraints;
 pub mod copy;
 pub mod copy_binary;
 pub mod cursor;
