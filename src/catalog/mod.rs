@@ -186,6 +186,7 @@ pub struct OrderBy {
 /// A compression policy (TimescaleDB job `policy_compression`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompressPolicy {
+    pub job_id: i64,
     /// Chunks whose end is older than `now() - after` are compressed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_micros: Option<i64>,
@@ -240,6 +241,9 @@ pub struct FileMeta {
     pub path: String,
     pub rows: u64,
     pub bytes: u64,
+    /// Arrow size of the rows (uncompressed); unknown for files from before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_bytes: Option<u64>,
     pub stats: Vec<ColumnStats>,
 }
 

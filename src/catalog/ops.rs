@@ -449,6 +449,27 @@ impl Catalog {
         })
     }
 
+    /// Changes a hypertable's compression settings or policy: `f` gets them and a
+    /// fresh job id (for a new policy). Not a hypertable: TimescaleDB's error.
+    pub fn update_compression<T>(
+        &self,
+        db: &str,
+        table: &str,
+        f: impl FnOnce(&mut Option<super::CompressionDef>, i64) -> Result<T>,
+    ) -> Result<T> {
+        self.update(|m| {
+            let job = 1000 + m.alloc_id() as i64;
+            let t = table_mut(m, db, table)?;
+            if !t.is_hypertable() {
+                return Err(Error::sql(
+                    "22023",
+                    "unrecognized parameter namespace \"timescaledb\"",
+                ));
+            }
+            f(&mut Arc::make_mut(t).compression, job)
+        })
+    }
+
     /// `add_retention_policy`: returns the job id, or -1 when a policy exists and
     /// `if_not_exists` (TimescaleDB's answer, with a notice).
     pub fn set_retention(

@@ -111,7 +111,7 @@ async fn compactor(engine: Arc<Engine>) {
     }
 }
 
-/// Runs due retention jobs until shutdown: each policy runs once when added (or at
+/// Runs due retention and compression jobs until shutdown: each policy runs once when added (or at
 /// start-up) and then every `schedule_interval`.
 async fn retention(engine: Arc<Engine>) {
     loop {
@@ -129,6 +129,17 @@ async fn retention(engine: Arc<Engine>) {
                 }
                 if let Err(e) = engine.run_retention(db, t, r).await {
                     tracing::error!(job, table = %t.name, error = %e, "retention job failed");
+                }
+            }
+            for t in d.tables.values() {
+                let Some(p) = t.compression.as_ref().and_then(|c| c.policy.as_ref()) else {
+                    continue;
+                };
+                if !engine.jobs.due(p.job_id, p.schedule_interval_micros) {
+                    continue;
+                }
+                if let Err(e) = engine.run_compression(db, t, p).await {
+                    tracing::error!(job = p.job_id, table = %t.name, error = %e, "compression job failed");
                 }
             }
         }

@@ -4,6 +4,7 @@
 //! and memtable, catalog and chunk operations, a metrics snapshot, shutdown.
 
 mod background;
+pub mod compress;
 pub mod jobs;
 pub mod keys;
 pub mod tx;
@@ -958,6 +959,7 @@ mod tests {
             path: format!("f{id}"),
             rows,
             bytes,
+            raw_bytes: None,
             stats: vec![],
         }
     }

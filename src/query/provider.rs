@@ -1131,6 +1131,7 @@ fn mem_chunk_meta(table: &TableDef, start: i64, batches: &[MemBatch]) -> FileMet
         path: String::new(),
         rows,
         bytes: 0,
+        raw_bytes: None,
         stats,
     }
 }

@@ -108,8 +108,9 @@ impl InfoSchema {
     }
 }
 
-const INFO_TABLES: [&str; 6] = [
+const INFO_TABLES: [&str; 7] = [
     "hypertables",
+    "compression_settings",
     "chunks",
     "dimensions",
     "jobs",
@@ -130,6 +131,7 @@ impl SchemaProvider for InfoSchema {
             "jobs" => (jobs_schema(), jobs),
             "job_stats" => (job_stats_schema(), job_stats),
             "continuous_aggregates" => (caggs_schema(), caggs),
+            "compression_settings" => (compression_settings_schema(), compression_settings),
             _ => return Ok(None),
         };
         Ok(Some(Arc::new(SystemTable::of(
@@ -437,6 +439,86 @@ fn jobs_schema() -> Schema {
     ])
 }
 
+/// Columns of `timescaledb_information.compression_settings`.
+fn compression_settings_schema() -> Schema {
+    Schema::new(vec![
+        text("hypertable_schema"),
+        text("hypertable_name"),
+        text("attname"),
+        Field::new("segmentby_column_index", DataType::Int16, true),
+        Field::new("orderby_column_index", DataType::Int16, true),
+        Field::new("orderby_asc", DataType::Boolean, true),
+        Field::new("orderby_nullsfirst", DataType::Boolean, true),
+    ])
+}
+
+/// hypertable, column, segmentby index, orderby index, ascending, nulls first.
+type SettingRow = (
+    String,
+    String,
+    Option<i16>,
+    Option<i16>,
+    Option<bool>,
+    Option<bool>,
+);
+
+/// One row per segmentby column, then per orderby column, of each hypertable with
+/// compression enabled (TimescaleDB's view, ordered as it orders it).
+fn compression_settings(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    let mut rows: Vec<SettingRow> = vec![];
+    for t in tables_of(engine, db) {
+        let Some(c) = t.compression.as_ref().filter(|c| c.enabled) else {
+            continue;
+        };
+        for (i, col) in c.segmentby.iter().enumerate() {
+            rows.push((
+                t.name.clone(),
+                col.clone(),
+                Some(i as i16 + 1),
+                None,
+                None,
+                None,
+            ));
+        }
+        for (i, o) in c.orderby.iter().enumerate() {
+            rows.push((
+                t.name.clone(),
+                o.column.clone(),
+                None,
+                Some(i as i16 + 1),
+                Some(!o.desc),
+                Some(o.nulls_first),
+            ));
+        }
+    }
+    rows.sort_by(|a, b| (&a.0, a.2.is_none(), a.2, a.3).cmp(&(&b.0, b.2.is_none(), b.2, b.3)));
+    let n = rows.len();
+    batch(
+        compression_settings_schema(),
+        vec![
+            Arc::new(StringArray::from(vec!["public"; n])),
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
+            )),
+            Arc::new(arrow::array::Int16Array::from(
+                rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+            )),
+            Arc::new(arrow::array::Int16Array::from(
+                rows.iter().map(|r| r.3).collect::<Vec<_>>(),
+            )),
+            Arc::new(BooleanArray::from(
+                rows.iter().map(|r| r.4).collect::<Vec<_>>(),
+            )),
+            Arc::new(BooleanArray::from(
+                rows.iter().map(|r| r.5).collect::<Vec<_>>(),
+            )),
+        ],
+    )
+}
+
 /// One policy job as the `jobs` views show it.
 struct JobRow {
     id: i64,
@@ -465,6 +547,17 @@ fn policy_jobs(engine: &Engine, db: &str) -> Vec<JobRow> {
                     ("drop_after", serde_json::json!(r.drop_after_text)),
                     ("hypertable_id", serde_json::json!(t.id)),
                 ]),
+                hypertable_name: t.name.clone(),
+            });
+        }
+        if let Some(p) = t.compression.as_ref().and_then(|c| c.policy.as_ref()) {
+            out.push(JobRow {
+                id: p.job_id,
+                application_name: format!("Columnstore Policy [{}]", p.job_id),
+                schedule_interval_micros: p.schedule_interval_micros,
+                proc_name: "policy_compression",
+                check_name: "policy_compression_check",
+                config: p.config.clone(),
                 hypertable_name: t.name.clone(),
             });
         }

@@ -31,16 +31,20 @@ pub const FUNCTIONS: [&str; 10] = [
 ];
 
 /// Functions also usable in FROM (registered as DataFusion table functions).
-pub const TABLE_FUNCTIONS: [&str; 3] = [
+pub const TABLE_FUNCTIONS: [&str; 7] = [
     "show_chunks",
     "hypertable_detailed_size",
     "chunks_detailed_size",
+    "hypertable_compression_stats",
+    "hypertable_columnstore_stats",
+    "chunk_compression_stats",
+    "chunk_columnstore_stats",
 ];
 
 /// Default `schedule_interval` of a retention policy, as TimescaleDB.
 const DEFAULT_SCHEDULE: i64 = 86_400_000_000;
 
-fn rows_output(schema: SchemaRef, columns: Vec<Arc<dyn Array>>) -> Result<Output> {
+pub(crate) fn rows_output(schema: SchemaRef, columns: Vec<Arc<dyn Array>>) -> Result<Output> {
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
     let stream =
         RecordBatchStreamAdapter::new(schema.clone(), futures::stream::iter(vec![Ok(batch)]));
@@ -89,12 +93,12 @@ fn int_column(name: &str, value: Option<i64>) -> Result<Output> {
 }
 
 /// Arguments by position and by name; `names` gives the positional order.
-struct Args {
+pub(crate) struct Args {
     values: Vec<Option<Expr>>,
 }
 
 impl Args {
-    fn new(func: &str, args: &[FunctionArg], names: &[&str]) -> Result<Args> {
+    pub(crate) fn new(func: &str, args: &[FunctionArg], names: &[&str]) -> Result<Args> {
         let (pos, named) = super::args::split_args(args);
         if pos.len() > names.len() {
             return Err(signature_error(func));
@@ -115,7 +119,7 @@ impl Args {
         }
         Ok(Args { values })
     }
-    fn get(&self, i: usize) -> Option<&Expr> {
+    pub(crate) fn get(&self, i: usize) -> Option<&Expr> {
         self.values.get(i).and_then(|e| e.as_ref())
     }
 }
@@ -275,12 +279,12 @@ pub fn row_count(engine: &Engine, t: &TableDef) -> i64 {
     files + mem
 }
 
-fn qualified(t: &TableDef, start: i64) -> String {
+pub(crate) fn qualified(t: &TableDef, start: i64) -> String {
     format!("_timescaledb_internal.{}", t.chunk_name(start))
 }
 
 /// The hypertable named by the first argument.
-fn relation(s: &Session, func: &str, e: Option<&Expr>) -> Result<Arc<TableDef>> {
+pub(crate) fn relation(s: &Session, func: &str, e: Option<&Expr>) -> Result<Arc<TableDef>> {
     let e = e.ok_or_else(|| signature_error(func))?;
     let name = super::args::regclass_name(e)?;
     hypertable(&s.engine.catalog().snapshot(), &s.db, &name)

@@ -27,7 +27,7 @@ pub const FUNCTIONS: [&str; 4] = [
 
 /// Whether `stmt` is DDL or a management function call Sundial runs itself.
 pub fn handles(stmt: &Statement) -> bool {
-    if super::constraints::handles(stmt) {
+    if super::constraints::handles(stmt) || super::compression::handles(stmt) {
         return true;
     }
     match stmt {
@@ -57,6 +57,9 @@ pub fn handles(stmt: &Statement) -> bool {
 /// Result schema of a management function call.
 pub fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
     let (name, _) = management_call(stmt)?;
+    if super::compression::FUNCTIONS.contains(&name.as_str()) {
+        return Some(super::compression::result_schema(&name));
+    }
     Some(super::chunks::result_schema(&name))
 }
 
@@ -78,7 +81,10 @@ pub fn management_call(stmt: &Statement) -> Option<(String, Vec<FunctionArg>)> {
     let Expr::Function(f) = expr else { return None };
     let name = f.name.to_string().to_ascii_lowercase();
     let name = name.trim_start_matches("public.").to_string();
-    if !FUNCTIONS.contains(&name.as_str()) && !super::chunks::FUNCTIONS.contains(&name.as_str()) {
+    if !FUNCTIONS.contains(&name.as_str())
+        && !super::chunks::FUNCTIONS.contains(&name.as_str())
+        && !super::compression::FUNCTIONS.contains(&name.as_str())
+    {
         return None;
     }
     let args = match &f.args {
@@ -107,6 +113,9 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
     }
     if super::constraints::handles(stmt) {
         return super::constraints::run(s, stmt).await;
+    }
+    if super::compression::handles(stmt) {
+        return super::compression::run(s, stmt).await;
     }
     match stmt {
         Statement::CreateTable(ct) => {
@@ -226,6 +235,9 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
                     let n = s.engine.compact(false).await?;
                     one_text_row("sundial_compact", n.to_string())
                 }
+                other if super::compression::FUNCTIONS.contains(&other) => {
+                    super::compression::call(s, other, &args).await
+                }
                 other => super::chunks::call(s, other, &args).await,
             }
         }
@@ -325,6 +337,8 @@ struct HyperOpts {
     chunk_interval: Option<i64>,
     /// `sundial.line_protocol_columns`: line protocol may add columns.
     lp_columns: bool,
+    /// Compression options (`tsdb.segmentby`, …), applied once the columns are known.
+    compression: Vec<(String, String)>,
 }
 
 fn with_options(ct: &ast::CreateTable) -> Result<HyperOpts> {
@@ -356,19 +370,17 @@ fn with_options(ct: &ast::CreateTable) -> Result<HyperOpts> {
             "chunk_interval" | "chunk_time_interval" => {
                 h.chunk_interval = Some(args::parse_chunk_interval(&v)?)
             }
-            // Accepted and ignored: Sundial always stores chunks as compressed, sorted Parquet.
-            "create_default_indexes"
-            | "compress"
+            "compress"
             | "enable_columnstore"
             | "columnstore"
             | "segmentby"
             | "orderby"
             | "compress_segmentby"
             | "compress_orderby"
-            | "associated_schema_name"
-            | "associated_table_prefix"
             | "sparse_index"
-            | "compress_chunk_time_interval" => {}
+            | "compress_chunk_time_interval" => h.compression.push((short.to_string(), v)),
+            // Accepted and ignored: Sundial keeps no indexes and names chunks itself.
+            "create_default_indexes" | "associated_schema_name" | "associated_table_prefix" => {}
             "partition_func"
             | "partitioning_func"
             | "number_partitions"
@@ -408,6 +420,20 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
     }
     let keys = table_keys(ct, &name, &mut columns)?;
     let opts = with_options(ct)?;
+    let compression = if opts.compression.is_empty() {
+        None
+    } else {
+        let mut c = crate::catalog::CompressionDef::default();
+        for (k, v) in &opts.compression {
+            super::compression::apply_option(
+                &|n| columns.iter().any(|c| c.name == n),
+                &mut c,
+                k,
+                v,
+            )?;
+        }
+        Some(c)
+    };
     let (time_column, interval) = if opts.hypertable {
         let tc = match opts.partition_column {
             Some(c) => c,
@@ -445,7 +471,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
             line_protocol: false,
             lp_columns: opts.lp_columns,
             keys,
-            compression: None,
+            compression,
         },
         ct.if_not_exists,
     )?;
@@ -558,6 +584,11 @@ fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
         })
     {
         return super::cagg::alter(s, &name, options);
+    }
+    if let [AlterTableOperation::SetOptionsParens { options }] = at.operations.as_slice()
+        && super::compression::alter(s, &name, options)?
+    {
+        return Ok(Output::Command("ALTER TABLE".into()));
     }
     // Checked in statement order by the catalog: a bad definition or an
     // unsupported operation fails the statement where it stands.

@@ -7,6 +7,7 @@ pub mod args;
 pub mod cagg;
 pub mod chunks;
 pub mod complexity;
+pub mod compression;
 pub mod constraints;
 pub mod copy;
 pub mod copy_binary;
@@ -902,6 +903,7 @@ impl Session {
         functions::register(&ctx, db, pid, settings.clone());
         ctx.add_analyzer_rule(lateral::rule());
         chunks::register(&ctx, &engine, db);
+        compression::register(&ctx, &engine, db);
         pg_catalog::functions::register(&ctx, cat);
         let plans = engine.shared();
         let session = Session {

@@ -78,17 +78,54 @@ impl Sorted {
 /// The positions of `batch`'s rows in time order (`None`: already in it, or no time).
 fn time_order(table: &TableDef, batch: &RecordBatch) -> Result<Sorted> {
     let n = batch.num_rows();
-    let Some(ti) = table.time_index() else {
-        return Ok(Sorted::Time(None, n));
-    };
-    if n < 2 {
+    let spec = sort_spec(table, &batch.schema());
+    if spec.is_empty() || n < 2 {
         return Ok(Sorted::Time(None, n));
     }
-    let cols = vec![SortColumn {
-        values: batch.column(ti).clone(),
-        options: Some(SortOptions::default()),
-    }];
+    let cols: Vec<SortColumn> = spec
+        .iter()
+        .map(|(i, o)| SortColumn {
+            values: batch.column(*i).clone(),
+            options: Some(*o),
+        })
+        .collect();
     Ok(Sorted::Time(Some(lexsort_to_indices(&cols, None)?), n))
+}
+
+/// The order of a table's files (columns of `schema` with their direction): the
+/// key of a table that merges duplicates; else `compress_segmentby`, then
+/// `compress_orderby`, then time ascending where orderby does not name it.
+pub fn sort_spec(table: &TableDef, schema: &arrow::datatypes::Schema) -> Vec<(usize, SortOptions)> {
+    let asc = SortOptions::default();
+    if let Some(k) = dedup::key_indices(table, schema) {
+        return k.into_iter().map(|i| (i, asc)).collect();
+    }
+    let mut out: Vec<(usize, SortOptions)> = vec![];
+    let mut push = |name: &str, o: SortOptions| {
+        if let Ok(i) = schema.index_of(name)
+            && !out.iter().any(|(j, _)| *j == i)
+        {
+            out.push((i, o));
+        }
+    };
+    for c in table.sort_series() {
+        push(&c, asc);
+    }
+    if let Some(c) = &table.compression {
+        for o in &c.orderby {
+            push(
+                &o.column,
+                SortOptions {
+                    descending: o.desc,
+                    nulls_first: o.nulls_first,
+                },
+            );
+        }
+    }
+    if let Some(tc) = &table.time_column {
+        push(tc, asc);
+    }
+    out
 }
 
 /// Rows per data page: a narrow query (one series, one hour) decodes the pages its
@@ -292,6 +329,7 @@ pub async fn write_chunk_file(
         path: path.to_string(),
         rows: rows as u64,
         bytes,
+        raw_bytes: Some(stats.raw_bytes()),
         stats: stats.finish()?,
     })
 }
@@ -300,6 +338,8 @@ pub async fn write_chunk_file(
 pub struct StatsAccumulator {
     schema: SchemaRef,
     cols: Vec<(Option<(MinAccumulator, MaxAccumulator)>, u64)>,
+    /// Arrow bytes of the rows seen (their uncompressed size).
+    raw_bytes: u64,
     /// Per column: the sum of a float8 column's values so far.
     sums: Vec<Option<f64>>,
 }
@@ -322,10 +362,25 @@ impl StatsAccumulator {
             })
             .collect::<Result<Vec<_>>>()?;
         let sums = vec![None; schema.fields().len()];
-        Ok(StatsAccumulator { schema, cols, sums })
+        Ok(StatsAccumulator {
+            schema,
+            cols,
+            sums,
+            raw_bytes: 0,
+        })
+    }
+
+    /// Arrow bytes of the rows seen so far.
+    pub fn raw_bytes(&self) -> u64 {
+        self.raw_bytes
     }
 
     pub fn update(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.raw_bytes += batch
+            .columns()
+            .iter()
+            .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
+            .sum::<u64>();
         for (i, (acc, nulls)) in self.cols.iter_mut().enumerate() {
             let col = batch.column(i);
             *nulls += col.null_count() as u64;

@@ -38,6 +38,9 @@ pub enum Rewrite<'a> {
     Merge,
     /// Keep the rows where the predicate is not true (DELETE).
     DeleteWhere(&'a Arc<dyn PhysicalExpr>),
+    /// Merge the files into one sorted by the table's current sort order
+    /// (`compress_chunk`: files written under other settings are put in order).
+    Resort,
 }
 
 /// Where chunk files live and what reads them.
@@ -75,19 +78,32 @@ pub async fn rewrite(
     };
     let (chunk_start, chunk_end) = (first.chunk_start, first.chunk_end);
     let schema = table.schema();
-    let merge = matches!(how, Rewrite::Merge);
+    // A table that merges duplicates keeps its files in key order: sorting it
+    // again is merging it.
+    let how = match how {
+        Rewrite::Resort if table.dedups() => Rewrite::Merge,
+        other => other,
+    };
+    let merge = matches!(how, Rewrite::Merge | Rewrite::Resort);
+    let resort = matches!(how, Rewrite::Resort);
     let keys: Vec<usize> = match dedup::key_indices(table, &schema) {
         Some(k) => k,
         None => table.time_index().into_iter().collect(),
     };
-    let ordering =
+    let spec = super::sort_spec(table, &schema);
+    let ordering = if resort {
+        LexOrdering::new(spec.iter().map(|(i, o)| {
+            PhysicalSortExpr::new(Arc::new(PCol::new(schema.field(*i).name(), *i)), *o)
+        }))
+    } else {
         LexOrdering::new(keys.iter().map(|i| {
             PhysicalSortExpr::new_default(Arc::new(PCol::new(schema.field(*i).name(), *i)))
-        }));
+        }))
+    };
     let source = ParquetSource::new(schema.clone());
     let mut builder = FileScanConfigBuilder::new(fs.url.clone(), Arc::new(source));
     let part = |f: &FileMeta| PartitionedFile::new(f.path.clone(), f.bytes);
-    let merge_sorted = ordering.is_some() && files.len() > 1;
+    let merge_sorted = !resort && ordering.is_some() && files.len() > 1;
     if merge_sorted {
         // One partition per file, oldest first: the merge breaks ties by partition,
         // so copies of a point come out in arrival order.
@@ -98,11 +114,15 @@ pub async fn rewrite(
         // One partition that reads every file in order: the plan runs partition 0.
         builder = builder.with_file_group(files.iter().map(|f| part(f)).collect::<Vec<_>>().into());
     }
-    if let Some(o) = &ordering {
+    if let Some(o) = ordering.as_ref().filter(|_| !resort) {
         builder = builder.with_output_ordering(vec![o.clone()]);
     }
     let scan = DataSourceExec::from_data_source(builder.build());
     let plan: Arc<dyn ExecutionPlan> = match ordering {
+        // A full sort, spilling within the runtime's memory budget.
+        Some(o) if resort => Arc::new(datafusion::physical_plan::sorts::sort::SortExec::new(
+            o, scan,
+        )),
         Some(o) if merge_sorted => {
             Arc::new(SortPreservingMergeExec::new(o, scan).with_round_robin_repartition(false))
         }
@@ -155,7 +175,7 @@ pub async fn rewrite(
                 carry = Some(merged.slice(n - 1, 1));
                 emit(&merged.slice(0, n - 1))?;
             }
-            Rewrite::Merge => emit(&batch)?,
+            Rewrite::Merge | Rewrite::Resort => emit(&batch)?,
             Rewrite::DeleteWhere(pred) => {
                 let n = batch.num_rows();
                 let hit = pred.evaluate(&batch)?.into_array(n)?;
@@ -192,6 +212,7 @@ pub async fn rewrite(
             path: path.to_string(),
             rows: kept,
             bytes,
+            raw_bytes: Some(stats.raw_bytes()),
             stats: stats.finish()?,
         }),
         rows_kept: kept,

@@ -217,6 +217,7 @@ mod tests {
             path: format!("f{id}"),
             rows: 10,
             bytes: 100,
+            raw_bytes: None,
             stats: vec![ColumnStats {
                 column: "n".into(),
                 min: Some(min.to_string()),
