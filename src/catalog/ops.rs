@@ -338,9 +338,12 @@ impl Catalog {
                 ));
             }
             if !t.files.is_empty() || has_rows_in_memory {
-                return Err(Error::NotSupported(format!(
-                    "table \"{table}\" is not empty; Sundial cannot migrate existing rows into chunks (migrate_data)"
-                )));
+                return Err(Error::sql(
+                    "0A000",
+                    format!(
+                        "table \"{table}\" is not empty (you can migrate data by specifying 'migrate_data => true' when calling this function)"
+                    ),
+                ));
             }
             super::check_keys_partitioned(&t.keys, column)?;
             let tm = Arc::make_mut(t);
@@ -354,6 +357,43 @@ impl Catalog {
             tm.time_column = Some(column.to_string());
             tm.chunk_interval_micros = Some(interval_micros);
             Ok((tm.id, true))
+        })
+    }
+
+    /// `create_hypertable(…, migrate_data => true)`: plain table `table`, still
+    /// holding exactly the files `old`, becomes a hypertable on `column` whose
+    /// files are `new` (its rows cut into chunks). Returns the table id.
+    pub fn migrate_hypertable(
+        &self,
+        db: &str,
+        table: &str,
+        column: &str,
+        interval_micros: i64,
+        old: &[u64],
+        new: Vec<FileMeta>,
+    ) -> Result<u64> {
+        self.update(|m| {
+            let t = table_mut(m, db, table)?;
+            let mut have: Vec<u64> = t.files.iter().map(|f| f.id).collect();
+            let mut want = old.to_vec();
+            have.sort_unstable();
+            want.sort_unstable();
+            if t.is_hypertable() || have != want {
+                return Err(Error::Catalog(format!(
+                    "table \"{table}\" changed while its rows were migrated"
+                )));
+            }
+            let tm = Arc::make_mut(t);
+            let col = tm
+                .columns
+                .iter_mut()
+                .find(|c| c.name == column)
+                .ok_or_else(|| Error::UndefinedColumn(column.to_string()))?;
+            col.nullable = false;
+            tm.time_column = Some(column.to_string());
+            tm.chunk_interval_micros = Some(interval_micros);
+            tm.files = new;
+            Ok(tm.id)
         })
     }
 

@@ -5,6 +5,7 @@
 
 mod background;
 pub mod compress;
+mod convert;
 pub mod jobs;
 pub mod keys;
 pub mod tx;

@@ -86,6 +86,16 @@ fn chunk_call(stmt: &Statement) -> Option<(String, Expr, Vec<FunctionArg>)> {
     Some((name, first, l.args[1..].to_vec()))
 }
 
+/// Result columns of a statement [`handles`] takes (`SELECT compress_chunk(…)`).
+pub fn statement_schema(stmt: &Statement) -> Option<SchemaRef> {
+    let (name, _, _) = chunk_call(stmt)?;
+    Some(Arc::new(Schema::new(vec![Field::new(
+        name,
+        DataType::Utf8,
+        true,
+    )])))
+}
+
 /// Runs a statement [`handles`] takes.
 pub async fn run(s: &Session, stmt: &Statement) -> Result<Output> {
     if let Statement::Call(f) = stmt {
@@ -127,13 +137,16 @@ pub async fn run(s: &Session, stmt: &Statement) -> Result<Output> {
     if let Statement::Query(q) = &mut query
         && let SetExpr::Select(sel) = q.body.as_mut()
     {
-        sel.projection = vec![SelectItem::UnnamedExpr(Expr::Cast {
-            kind: ast::CastKind::DoubleColon,
-            expr: Box::new(first),
-            data_type: ast::DataType::Text,
-            array: false,
-            format: None,
-        })];
+        sel.projection = vec![SelectItem::ExprWithAlias {
+            expr: Expr::Cast {
+                kind: ast::CastKind::DoubleColon,
+                expr: Box::new(first),
+                data_type: ast::DataType::Text,
+                array: false,
+                format: None,
+            },
+            alias: ast::Ident::new("__sundial_chunk"),
+        }];
     }
     let a = Args::new(
         &name,

@@ -56,6 +56,9 @@ pub fn handles(stmt: &Statement) -> bool {
 
 /// Result schema of a management function call.
 pub fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
+    if let Some(schema) = super::compression::statement_schema(stmt) {
+        return Some(schema);
+    }
     let (name, _) = management_call(stmt)?;
     if super::compression::FUNCTIONS.contains(&name.as_str()) {
         return Some(super::compression::result_schema(&name));
@@ -224,7 +227,7 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             let (name, args) =
                 management_call(stmt).ok_or_else(|| Error::Internal("not a call".into()))?;
             match name.as_str() {
-                "create_hypertable" => create_hypertable(s, &args),
+                "create_hypertable" => create_hypertable(s, &args).await,
                 "set_chunk_time_interval" => set_chunk_time_interval(s, &args).await,
                 "sundial_flush" => {
                     let n = s.engine.flush().await?;
@@ -619,7 +622,7 @@ fn interval_arg(e: &Expr) -> Result<i64> {
     args::parse_chunk_interval(&text)
 }
 
-fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
+async fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
     let hint = "create_hypertable(relation, time_column [, chunk_time_interval => interval]) or create_hypertable(relation, by_range(column [, interval]))";
     let (pos, named) = args::split_args(args);
     let rel = pos
@@ -636,6 +639,7 @@ fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
     let mut column: Option<String> = None;
     let mut interval: Option<i64> = None;
     let mut if_not_exists = false;
+    let mut migrate = false;
     match pos.get(1) {
         Some(Expr::Function(f)) if f.name.to_string().eq_ignore_ascii_case("by_range") => {
             by_range = true;
@@ -672,10 +676,12 @@ fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
                     .unwrap_or(false)
             }
             "dimension" => {}
-            "create_default_indexes"
-            | "associated_schema_name"
-            | "associated_table_prefix"
-            | "migrate_data" => {}
+            "migrate_data" => {
+                migrate = args::literal_text(e)
+                    .map(|v| args::truthy(&v))
+                    .unwrap_or(false)
+            }
+            "create_default_indexes" | "associated_schema_name" | "associated_table_prefix" => {}
             "partitioning_column"
             | "number_partitions"
             | "partitioning_func"
@@ -704,6 +710,19 @@ fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> {
     })?;
     let default_iv = s.engine.config().chunk_interval_micros;
     let in_memory = has_rows_in_memory(s, &table);
+    let current = s.engine.catalog().snapshot().table(&s.db, &table)?.clone();
+    if migrate && !current.is_hypertable() && (in_memory || !current.files.is_empty()) {
+        let id = s
+            .engine
+            .migrate_to_hypertable(&s.db, &table, &column, interval.unwrap_or(default_iv))
+            .await?;
+        let text = if by_range {
+            format!("({id},t)")
+        } else {
+            format!("({id},public,{table},t)")
+        };
+        return one_text_row("create_hypertable", text);
+    }
     let (id, created) = s.engine.catalog().make_hypertable(
         &s.db,
         &table,

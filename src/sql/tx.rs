@@ -471,6 +471,10 @@ impl Session {
                 }
                 None => (None, vec![]),
             };
+            if t.checks_keys() && !folded.inserts.is_empty() {
+                let rows = arrow::compute::concat_batches(&t.schema(), &folded.inserts)?;
+                super::upsert::check_keys_after(self, t, &rows, pred.as_ref()).await?;
+            }
             changes.push(TableChange {
                 table: t.clone(),
                 pred,

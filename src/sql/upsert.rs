@@ -222,6 +222,49 @@ async fn check_keys(s: &Session, t: &TableDef, keys: &[KeyDef], rows: &RecordBat
     Ok(())
 }
 
+/// At COMMIT of a block that deletes: 23505 when an inserted row repeats a key of
+/// another inserted row or of a stored row the block's deletion (`deleted`) leaves.
+pub(crate) async fn check_keys_after(
+    s: &Session,
+    t: &TableDef,
+    rows: &RecordBatch,
+    deleted: Option<&Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+) -> Result<()> {
+    let rows = crate::storage::adapt_batch(rows, &t.schema())?;
+    for key in &t.keys {
+        let stored = stored_rows(s, t, key, &rows).await?;
+        let stored = match deleted {
+            Some(pred) if stored.num_rows() > 0 => {
+                let hit = pred.evaluate(&stored)?.into_array(stored.num_rows())?;
+                let hit = hit
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| Error::Internal("deletion predicate".into()))?;
+                let keep: BooleanArray = (0..hit.len())
+                    .map(|i| Some(!(hit.is_valid(i) && hit.value(i))))
+                    .collect();
+                arrow::compute::filter_record_batch(&stored, &keep)?
+            }
+            _ => stored,
+        };
+        let found = index_keys(t, key, &stored)?;
+        let mut seen = std::collections::HashSet::new();
+        for (i, k) in key_bytes(t, key, &rows)?.iter().enumerate() {
+            let Some(k) = k else { continue };
+            if found.contains_key(k) || !seen.insert(k.clone()) {
+                return Err(Error::Unique {
+                    constraint: key.name.clone(),
+                    detail: format!(
+                        "{} already exists.",
+                        crate::engine::keys::key_text(&rows, key, i)
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Per proposed row: whether a stored row holds its `key` value, and whether an
 /// earlier proposed row has it. In a transaction block the stored rows are the
 /// ones the session sees.

@@ -1038,3 +1038,79 @@ async fn catalog_changes_are_logged_not_rewritten_and_survive_kill9() {
     let text = std::fs::read_to_string(&checkpoint).unwrap();
     assert!(text.contains("\"added\"") && !text.contains("\"logged_3\""));
 }
+
+/// A kill -9 while UPDATEs rewrite many files leaves each UPDATE whole or absent:
+/// every row carries the same count of applied UPDATEs, at least the acknowledged
+/// ones and at most one more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_during_update_keeps_old_or_new_rows() {
+    let mut server = TestServer::start();
+    let rows = 6_000i64;
+    {
+        let c = server.connect("sundial").await;
+        c.batch_execute(
+            "CREATE TABLE upd (time timestamptz NOT NULL, id int8 NOT NULL, v int8 NOT NULL) \
+             WITH (tsdb.hypertable, tsdb.partition_column='time', tsdb.chunk_interval='1 hour')",
+        )
+        .await
+        .expect("create upd");
+        // 30 chunks, two files each.
+        for half in 0..2i64 {
+            let values: Vec<String> = (0..rows / 2)
+                .map(|i| {
+                    let id = half * rows / 2 + i;
+                    format!(
+                        "('2024-01-01 00:00:00+00'::timestamptz + interval '{} seconds', {id}, 0)",
+                        (id * 18) % 108_000
+                    )
+                })
+                .collect();
+            c.batch_execute(&format!("INSERT INTO upd VALUES {}", values.join(", ")))
+                .await
+                .expect("insert");
+            c.batch_execute("SELECT sundial_flush()")
+                .await
+                .expect("flush");
+        }
+    }
+    let conn_str = server.conn_str("sundial");
+    let updater = tokio::spawn(async move {
+        let (client, conn) = tokio_postgres::connect(&conn_str, NoTls)
+            .await
+            .expect("updater connects");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut acked = 0i64;
+        while client
+            .execute("UPDATE upd SET v = v + 1", &[])
+            .await
+            .is_ok()
+        {
+            acked += 1;
+        }
+        acked
+    });
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    server.kill9();
+    let acked = tokio::time::timeout(Duration::from_secs(60), updater)
+        .await
+        .expect("updater noticed the dead server")
+        .expect("updater task");
+    server.restart();
+    let c = server.connect("sundial").await;
+    let row = c
+        .query_one("SELECT count(*), min(v), max(v) FROM upd", &[])
+        .await
+        .expect("count");
+    let (n, lo, hi): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(n, rows, "rows after recovery");
+    assert_eq!(
+        lo, hi,
+        "an UPDATE was applied to some rows only ({lo}..{hi})"
+    );
+    assert!(
+        lo == acked || lo == acked + 1,
+        "{acked} UPDATEs acknowledged, rows show {lo}"
+    );
+}
