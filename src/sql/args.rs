@@ -202,6 +202,22 @@ pub fn bind_placeholders(
                     num
                 }
             }
+            // Times as text PostgreSQL reads back (ISO 8601), not raw ticks.
+            ScalarValue::TimestampSecond(..)
+            | ScalarValue::TimestampMillisecond(..)
+            | ScalarValue::TimestampMicrosecond(..)
+            | ScalarValue::TimestampNanosecond(..)
+            | ScalarValue::Date32(_)
+            | ScalarValue::Date64(_)
+            | ScalarValue::Time64Microsecond(_)
+            | ScalarValue::Time64Nanosecond(_) => {
+                let text = v
+                    .to_array()
+                    .ok()
+                    .and_then(|a| arrow::util::display::array_value_to_string(&a, 0).ok())
+                    .unwrap_or_else(|| v.to_string());
+                ast::Expr::value(ast::Value::SingleQuotedString(text))
+            }
             other => ast::Expr::value(ast::Value::SingleQuotedString(other.to_string())),
         })
     }));

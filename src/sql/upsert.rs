@@ -600,7 +600,9 @@ async fn do_update(
         let fresh_keys: Vec<KeyDef> = t.keys.clone();
         check_keys(s, t, &fresh_keys, &inserts).await?;
     }
-    if t.dedups() && same_key {
+    // In a block the session's view adds staged rows to stored ones unmerged: the
+    // stored version is staged away instead.
+    if t.dedups() && same_key && !in_block {
         write(s, t, all.clone(), None).await?;
     } else {
         write(s, t, all.clone(), Some((key, &old))).await?;

@@ -289,3 +289,103 @@ async fn several_statements_in_one_query_are_one_transaction() {
     let other = server.connect("sundial").await;
     assert_eq!(count(&other, "b").await, 1);
 }
+
+/// Prepared UPDATE and upsert statements with parameters (extended protocol, as
+/// drivers send them), RETURNING rows typed as the table's columns, inside
+/// tokio-postgres transactions: ROLLBACK leaves the rows as they were, COMMIT
+/// applies every change, and another session sees the result only then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_update_and_upsert_in_transactions() {
+    let server = TestServer::start();
+    let mut c1 = server.connect("sundial").await;
+    let c2 = server.connect("sundial").await;
+    c1.batch_execute(
+        "CREATE TABLE kv (time timestamptz NOT NULL, dev text NOT NULL, v float8, \
+             PRIMARY KEY (dev, time)) \
+             WITH (tsdb.hypertable, tsdb.partition_column='time', tsdb.chunk_interval='1 day'); \
+         INSERT INTO kv VALUES ('2024-01-01 00:00:00+00', 'a', 1), ('2024-01-02 00:00:00+00', 'b', 2);",
+    )
+    .await
+    .expect("setup");
+    let t: chrono::DateTime<chrono::Utc> = "2024-01-01T00:00:00Z".parse().expect("time");
+    let upsert = "INSERT INTO kv VALUES ($1, $2, $3) ON CONFLICT (dev, time) \
+                  DO UPDATE SET v = excluded.v + kv.v RETURNING dev, v";
+    let update = "UPDATE kv SET v = v * $1 WHERE dev = $2 RETURNING v";
+
+    // Rolled back: nothing changes.
+    {
+        let tx = c1.transaction().await.expect("begin");
+        let rows = tx
+            .query(upsert, &[&t, &"a", &10.0f64])
+            .await
+            .expect("upsert in block");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].get::<_, f64>(1), 11.0);
+        let rows = tx.query(update, &[&2.0f64, &"b"]).await.expect("update");
+        assert_eq!(rows[0].get::<_, f64>(0), 4.0);
+        let seen = tx
+            .query("SELECT v FROM kv ORDER BY dev", &[])
+            .await
+            .expect("read in block");
+        let vs: Vec<f64> = seen.iter().map(|r| r.get(0)).collect();
+        assert_eq!(vs, vec![11.0, 4.0], "the block sees its own changes");
+        let other: Vec<f64> = c2
+            .query("SELECT v FROM kv ORDER BY dev", &[])
+            .await
+            .expect("other session")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(other, vec![1.0, 2.0], "other sessions do not");
+        tx.rollback().await.expect("rollback");
+    }
+    let after: Vec<f64> = c1
+        .query("SELECT v FROM kv ORDER BY dev", &[])
+        .await
+        .expect("read")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(after, vec![1.0, 2.0], "ROLLBACK left the rows");
+
+    // Committed: every change is there, for every session.
+    {
+        let tx = c1.transaction().await.expect("begin");
+        tx.query(upsert, &[&t, &"a", &10.0f64])
+            .await
+            .expect("upsert");
+        tx.query(upsert, &[&t, &"c", &5.0f64])
+            .await
+            .expect("insert");
+        tx.query(update, &[&3.0f64, &"b"]).await.expect("update");
+        tx.commit().await.expect("commit");
+    }
+    let rows = c2
+        .query("SELECT dev, v FROM kv ORDER BY dev", &[])
+        .await
+        .expect("other session after commit");
+    let got: Vec<(String, f64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        got,
+        vec![("a".into(), 11.0), ("b".into(), 6.0), ("c".into(), 5.0)]
+    );
+
+    // A key taken twice in one block fails at COMMIT with 23505 and applies nothing.
+    {
+        let tx = c1.transaction().await.expect("begin");
+        tx.execute("INSERT INTO kv VALUES ($1, $2, $3)", &[&t, &"a", &0.0f64])
+            .await
+            .expect("staged insert");
+        tx.execute("DELETE FROM kv WHERE dev = 'c'", &[])
+            .await
+            .expect("staged delete");
+        let e = tx.commit().await.expect_err("duplicate key");
+        assert_eq!(sqlstate(&e), "23505", "{e:?}");
+    }
+    let _ = c1.batch_execute("ROLLBACK").await;
+    assert_eq!(
+        count(&c2, "kv").await,
+        3,
+        "the failed COMMIT applied nothing"
+    );
+}

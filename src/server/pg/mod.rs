@@ -979,6 +979,16 @@ impl QueryParser for Parser {
 /// and for UPDATE the same with `column = <value>` for every assignment.
 fn delete_filter(stmt: &datafusion::sql::sqlparser::ast::Statement) -> Option<String> {
     use datafusion::sql::sqlparser::ast::{AssignmentTarget, FromTable, Statement};
+    // INSERT … ON CONFLICT / RETURNING: the plain INSERT, whose plan types its
+    // values by the target columns.
+    if let Statement::Insert(i) = stmt
+        && sql::args::placeholder_count(stmt) > 0
+    {
+        let mut plain = i.clone();
+        plain.on = None;
+        plain.returning = None;
+        return Some(Statement::Insert(plain).to_string());
+    }
     if let Statement::Update(u) = stmt {
         if sql::args::placeholder_count(stmt) == 0 {
             return None;
