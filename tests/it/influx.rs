@@ -1624,3 +1624,52 @@ async fn line_protocol_stops_creating_databases_and_tables_at_the_caps() {
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(error_message(&r).contains("databases"), "{}", r.body);
 }
+
+/// SQL changes to a line-protocol table keep InfluxDB's point rules: an UPDATE of a
+/// tag moves the point to the new series (where a later write of that series and
+/// time merges into it), and a DELETE by a field value the newest write set removes
+/// the point whole, older writes of it included.
+#[tokio::test]
+async fn update_and_delete_on_line_protocol_points() {
+    let server = TestServer::start();
+    let url = server.http_url("/write?db=lpupd");
+    write_ok(
+        &url,
+        "m,host=a,dc=x v=1,w=10 1700000000000000000\n\
+         m,host=b,dc=x v=2 1700000000000000000\n\
+         m,host=a,dc=x v=3 1700000060000000000\n",
+    )
+    .await;
+    let client = server.connect("lpupd").await;
+    let upd = client
+        .execute("UPDATE m SET host = 'c' WHERE host = 'a' AND v = 1", &[])
+        .await
+        .expect("update tag");
+    assert_eq!(upd, 1);
+    // A later write to the new series and the same time merges field by field.
+    write_ok(&url, "m,host=c,dc=x w=20 1700000000000000000\n").await;
+    let rows = query(&client, "SELECT host, v, w FROM m ORDER BY host, time").await;
+    let got: Vec<(String, Option<f64>, Option<f64>)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("a".into(), Some(3.0), None),
+            ("b".into(), Some(2.0), None),
+            ("c".into(), Some(1.0), Some(20.0)),
+        ]
+    );
+    // The point of b written twice; DELETE by the newest value removes it whole.
+    write_ok(&url, "m,host=b,dc=x v=5 1700000000000000000\n").await;
+    let del = client
+        .execute("DELETE FROM m WHERE host = 'b' AND v = 5", &[])
+        .await
+        .expect("delete");
+    assert_eq!(del, 1);
+    assert_eq!(
+        query(&client, "SELECT count(*) FROM m WHERE host = 'b'").await[0].get::<_, i64>(0),
+        0
+    );
+}
