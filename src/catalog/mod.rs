@@ -244,6 +244,10 @@ pub struct FileMeta {
     /// Arrow size of the rows (uncompressed); unknown for files from before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_bytes: Option<u64>,
+    /// The order of the file's rows ([`crate::storage::sort_signature`]); `None`
+    /// when not known to follow one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sorted_by: Option<String>,
     pub stats: Vec<ColumnStats>,
 }
 

@@ -12,7 +12,7 @@ use crate::storage::rewrite::{self, FileStore, Rewrite};
 #[derive(Debug, Clone)]
 pub struct ChunkCompression {
     pub chunk_start: i64,
-    /// All rows in one file written by `compress_chunk` or a compaction, none in memory.
+    /// All rows in one file in the table's current order, none in memory.
     pub compressed: bool,
     /// Arrow size of the chunk's stored rows (uncompressed).
     pub raw_bytes: u64,
@@ -41,6 +41,7 @@ impl Engine {
                     .collect()
             })
             .unwrap_or_default();
+        let signature = crate::storage::sort_signature(table);
         self.chunk_starts(table)
             .into_iter()
             .map(|start| {
@@ -51,7 +52,9 @@ impl Engine {
                     .collect();
                 ChunkCompression {
                     chunk_start: start,
-                    compressed: files.len() == 1 && !in_memory.contains(&start),
+                    compressed: files.len() == 1
+                        && !in_memory.contains(&start)
+                        && files[0].sorted_by.as_deref() == Some(signature.as_str()),
                     raw_bytes: files.iter().map(|f| raw_bytes(f)).sum(),
                     disk_bytes: files.iter().map(|f| f.bytes).sum(),
                 }

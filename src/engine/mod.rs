@@ -649,7 +649,15 @@ impl Engine {
         }
         if !edits.is_empty() {
             let changed = time_ranges(t, changed.into_iter());
-            self.writer.edit_files(t.id, &edits, &changed, &[])?;
+            if let Err(e) = self.writer.edit_files(t.id, &edits, &changed, &[]) {
+                // Nothing was applied: the rewritten files are garbage.
+                let written = edits
+                    .iter()
+                    .filter_map(|(_, f)| f.as_ref().map(|f| f.path.clone()))
+                    .collect();
+                self.delete_later(written);
+                return Err(e);
+            }
             self.delete_later(old_paths);
         }
         Ok(deleted)
@@ -961,6 +969,7 @@ mod tests {
             rows,
             bytes,
             raw_bytes: None,
+            sorted_by: None,
             stats: vec![],
         }
     }

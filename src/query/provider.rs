@@ -1132,6 +1132,7 @@ fn mem_chunk_meta(table: &TableDef, start: i64, batches: &[MemBatch]) -> FileMet
         rows,
         bytes: 0,
         raw_bytes: None,
+        sorted_by: None,
         stats,
     }
 }

@@ -553,21 +553,35 @@ pub async fn delete(s: &Session, del: &ast::Delete) -> Result<Output> {
     if s.staging.in_block() {
         return stage_delete(s, &table_name, del.selection.as_ref()).await;
     }
-    s.engine.flush().await?;
-    let m = s.engine.catalog().snapshot();
-    let t = m.table(&s.db, &table_name)?.clone();
-    let Some(selection) = &del.selection else {
-        let n = s.engine.truncate(&t)?;
-        return Ok(Output::Command(format!("DELETE {n}")));
-    };
-    let schema = t.schema();
-    let df_schema = DFSchema::try_from_qualified_schema(table_name.as_str(), &schema)?;
-    let state = s.ctx.state();
-    let logical = state.create_logical_expr(&selection.to_string(), &df_schema)?;
-    let pred = state.create_physical_expr(logical.clone(), &df_schema)?;
-    let files = crate::query::provider::files_to_delete_from(&state, &t, &logical, &pred)?;
-    let deleted = s.engine.delete_rows(&s.db, &t, &files, &pred).await?;
-    Ok(Output::Command(format!("DELETE {deleted}")))
+    // A compaction may replace the files between the snapshot and the swap: then
+    // nothing was applied and the deletion runs again on the new files.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        s.engine.flush().await?;
+        let m = s.engine.catalog().snapshot();
+        let t = m.table(&s.db, &table_name)?.clone();
+        let result = match &del.selection {
+            None => s.engine.truncate(&t),
+            Some(selection) => {
+                let schema = t.schema();
+                let df_schema = DFSchema::try_from_qualified_schema(table_name.as_str(), &schema)?;
+                let state = s.ctx.state();
+                let logical = state.create_logical_expr(&selection.to_string(), &df_schema)?;
+                let pred = state.create_physical_expr(logical.clone(), &df_schema)?;
+                let files =
+                    crate::query::provider::files_to_delete_from(&state, &t, &logical, &pred)?;
+                s.engine.delete_rows(&s.db, &t, &files, &pred).await
+            }
+        };
+        match result {
+            Ok(n) => return Ok(Output::Command(format!("DELETE {n}"))),
+            Err(Error::Catalog(e)) if attempt < 4 => {
+                tracing::info!(table = %table_name, reason = %e, "DELETE runs again");
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// DELETE inside a transaction block: counts the rows the session sees matching

@@ -441,10 +441,27 @@ impl Session {
             self.engine.write_many(&current).await?;
             return Ok(());
         }
+        // A compaction may replace files between the snapshot and the commit: then
+        // nothing was applied and the block's changes are worked out again.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.apply_changes(&ops).await {
+                Err(Error::Catalog(e)) if attempt < 4 => {
+                    tracing::info!(reason = %e, "COMMIT runs again");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The part of [`Session::apply`] for blocks that delete: file rewrites and new
+    /// chunk files, one catalog step.
+    async fn apply_changes(&self, ops: &[StagedOp]) -> Result<()> {
         self.engine.flush().await?;
         let m = self.engine.catalog().snapshot();
         let mut ids: Vec<u64> = vec![];
-        for o in &ops {
+        for o in ops {
             if !ids.contains(&o.table_id()) {
                 ids.push(o.table_id());
             }

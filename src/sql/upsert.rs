@@ -429,28 +429,32 @@ async fn write(
         s.staging.insert(t, rows)?;
         return Ok(());
     }
-    s.engine.flush().await?;
-    let m = s.engine.catalog().snapshot();
-    let (_, now) = m
-        .table_by_id(t.id)
-        .ok_or_else(|| Error::UndefinedTable(t.name.clone()))?;
-    let state = s.ctx.state();
-    let df_schema = crate::query::staged::qualified_schema(now)?;
-    let physical = state.create_physical_expr(pred.clone(), &df_schema)?;
-    let files = crate::query::provider::files_to_delete_from(&state, now, &pred, &physical)?;
-    s.engine
-        .commit_changes(
-            &s.db,
-            vec![TableChange {
-                table: now.clone(),
-                pred: Some(physical),
-                files,
-                inserts: vec![rows],
-                refreshed: vec![],
-                expect_removed: (!now.dedups()).then_some(old.num_rows() as u64),
-            }],
-        )
-        .await
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        s.engine.flush().await?;
+        let m = s.engine.catalog().snapshot();
+        let (_, now) = m
+            .table_by_id(t.id)
+            .ok_or_else(|| Error::UndefinedTable(t.name.clone()))?;
+        let state = s.ctx.state();
+        let df_schema = crate::query::staged::qualified_schema(now)?;
+        let physical = state.create_physical_expr(pred.clone(), &df_schema)?;
+        let files = crate::query::provider::files_to_delete_from(&state, now, &pred, &physical)?;
+        let change = TableChange {
+            table: now.clone(),
+            pred: Some(physical),
+            files,
+            inserts: vec![rows.clone()],
+            refreshed: vec![],
+            expect_removed: (!now.dedups()).then_some(old.num_rows() as u64),
+        };
+        match s.engine.commit_changes(&s.db, vec![change]).await {
+            // A compaction replaced the files meanwhile: nothing was applied.
+            Err(Error::Catalog(_)) if attempt < 4 => {}
+            other => return other,
+        }
+    }
 }
 
 /// Evaluates SQL `expr` over `batch` whose columns `schema` names.

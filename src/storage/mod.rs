@@ -92,6 +92,30 @@ fn time_order(table: &TableDef, batch: &RecordBatch) -> Result<Sorted> {
     Ok(Sorted::Time(Some(lexsort_to_indices(&cols, None)?), n))
 }
 
+/// The sort order a table's files get now, as text (`hostname,time`, `time DESC`):
+/// a file whose rows follow it needs no re-sort.
+pub fn sort_signature(table: &TableDef) -> String {
+    let schema = table.schema();
+    sort_spec(table, &schema)
+        .iter()
+        .map(|(i, o)| {
+            let mut s = schema.field(*i).name().clone();
+            if o.descending {
+                s.push_str(" DESC");
+            }
+            if o.nulls_first != o.descending {
+                s.push_str(if o.nulls_first {
+                    " NULLS FIRST"
+                } else {
+                    " NULLS LAST"
+                });
+            }
+            s
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The order of a table's files (columns of `schema` with their direction): the
 /// key of a table that merges duplicates; else `compress_segmentby`, then
 /// `compress_orderby`, then time ascending where orderby does not name it.
@@ -330,6 +354,7 @@ pub async fn write_chunk_file(
         rows: rows as u64,
         bytes,
         raw_bytes: Some(stats.raw_bytes()),
+        sorted_by: Some(sort_signature(table)),
         stats: stats.finish()?,
     })
 }

@@ -91,7 +91,19 @@ pub async fn rewrite(
         None => table.time_index().into_iter().collect(),
     };
     let spec = super::sort_spec(table, &schema);
-    let ordering = if resort {
+    let signature = super::sort_signature(table);
+    // Files all in the table's current order merge into that order.
+    let in_order = table.dedups()
+        || files
+            .iter()
+            .all(|f| f.sorted_by.as_deref() == Some(signature.as_str()));
+    let sorted_by = match &how {
+        Rewrite::Resort => Some(signature.clone()),
+        Rewrite::Merge if in_order => Some(signature.clone()),
+        Rewrite::Merge => None,
+        Rewrite::DeleteWhere(_) => first.sorted_by.clone(),
+    };
+    let ordering = if resort || (merge && in_order) {
         LexOrdering::new(spec.iter().map(|(i, o)| {
             PhysicalSortExpr::new(Arc::new(PCol::new(schema.field(*i).name(), *i)), *o)
         }))
@@ -213,6 +225,7 @@ pub async fn rewrite(
             rows: kept,
             bytes,
             raw_bytes: Some(stats.raw_bytes()),
+            sorted_by,
             stats: stats.finish()?,
         }),
         rows_kept: kept,

@@ -218,6 +218,7 @@ mod tests {
             rows: 10,
             bytes: 100,
             raw_bytes: None,
+            sorted_by: None,
             stats: vec![ColumnStats {
                 column: "n".into(),
                 min: Some(min.to_string()),

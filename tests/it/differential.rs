@@ -685,10 +685,12 @@ fn random_write(rng: &mut XorShift, keyed: bool) -> String {
 async fn write_outcome(c: &Client, sql: &str) -> String {
     match c.execute(sql, &[]).await {
         Ok(n) => format!("{n} rows"),
-        Err(e) => e
-            .code()
-            .map(|c| format!("error {}", c.code()))
-            .unwrap_or_else(|| format!("error {e}")),
+        // An internal error carries its message (PostgreSQL never gives one here).
+        Err(e) => match e.code() {
+            Some(c) if c.code() == "XX000" => format!("error XX000 {e:?}"),
+            Some(c) => format!("error {}", c.code()),
+            None => format!("error {e}"),
+        },
     }
 }
 
