@@ -10,6 +10,15 @@ use super::{Output, Session, args};
 use crate::catalog::KeyDef;
 use crate::error::{Error, Result};
 
+/// PostgreSQL's name for a constraint: `t_pkey`, `t_a_b_key`.
+pub(crate) fn key_name(table: &str, columns: &[String], primary: bool) -> String {
+    if primary {
+        format!("{table}_pkey")
+    } else {
+        format!("{table}_{}_key", columns.join("_"))
+    }
+}
+
 /// Whether this module runs the statement.
 pub fn handles(stmt: &Statement) -> bool {
     match stmt {
@@ -131,7 +140,7 @@ async fn alter(s: &Session, at: &ast::AlterTable) -> Result<Output> {
                     .ok_or_else(|| Error::NotSupported("a key on an expression".into()))?;
                 let name = match name {
                     Some(n) => args::fold(n),
-                    None => super::ddl::key_name(&table, &cols, primary),
+                    None => key_name(&table, &cols, primary),
                 };
                 add(
                     s,

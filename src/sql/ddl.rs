@@ -481,15 +481,6 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
     Ok(Output::Command("CREATE TABLE".into()))
 }
 
-/// PostgreSQL's name for a constraint: `t_pkey`, `t_a_b_key`.
-pub(crate) fn key_name(table: &str, columns: &[String], primary: bool) -> String {
-    if primary {
-        format!("{table}_pkey")
-    } else {
-        format!("{table}_{}_key", columns.join("_"))
-    }
-}
-
 /// The PRIMARY KEY and UNIQUE constraints of a CREATE TABLE (column or table
 /// constraints), the primary key first; its columns become NOT NULL.
 fn table_keys(
@@ -515,7 +506,7 @@ fn table_keys(
         }
         let name = name
             .map(args::fold)
-            .unwrap_or_else(|| key_name(table, &cols, primary));
+            .unwrap_or_else(|| super::constraints::key_name(table, &cols, primary));
         let k = crate::catalog::KeyDef {
             name,
             columns: cols,
