@@ -636,8 +636,19 @@ pub async fn truncate(s: &Session, names: &[ast::ObjectName]) -> Result<Output> 
     s.engine.flush().await?;
     for n in names {
         let name = super::args::table_name(n)?;
-        let t = s.engine.catalog().snapshot().table(&s.db, &name)?.clone();
-        s.engine.truncate(&t)?;
+        // Again on a fresh snapshot when a compaction replaced files meanwhile.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let t = s.engine.catalog().snapshot().table(&s.db, &name)?.clone();
+            match s.engine.truncate(&t) {
+                Err(Error::Catalog(_)) if attempt < 4 => {}
+                other => {
+                    other?;
+                    break;
+                }
+            }
+        }
     }
     Ok(Output::Command("TRUNCATE TABLE".into()))
 }
