@@ -733,9 +733,112 @@ impl ScalarUDFImpl for FloatNumeric {
     }
 }
 
+/// `numeric::float8` / `numeric::float4` as PostgreSQL computes it: the nearest
+/// float to the exact decimal (Arrow's cast divides by a power of ten in floating
+/// point, which can miss it by one unit in the last place: 417.25000000000006 for
+/// 417.25). Exact operands divide exactly-rounded; others go through the decimal
+/// text, which Rust parses correctly rounded. The second argument is a typed NULL
+/// naming the float type.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct NumericFloat {
+    signature: Signature,
+}
+
+impl Default for NumericFloat {
+    fn default() -> Self {
+        NumericFloat {
+            signature: Signature::any(2, Volatility::Immutable),
+        }
+    }
+}
+
+/// The nearest f64 to `m / 10^scale`.
+fn decimal_to_f64(m: i128, scale: i8, text: impl FnOnce() -> String) -> f64 {
+    const EXACT: i128 = 1 << 53;
+    if (0..=22).contains(&scale) && m.abs() <= EXACT {
+        // Both operands are exact doubles: one correctly rounded division.
+        return m as f64 / 10f64.powi(scale as i32);
+    }
+    text().parse::<f64>().unwrap_or(f64::NAN)
+}
+
+impl ScalarUDFImpl for NumericFloat {
+    fn name(&self) -> &str {
+        "pg_numeric_float"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(args[1].clone())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use arrow::array::{Decimal128Array, Decimal256Array, Float64Array};
+        let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
+        let a = args.args[0].to_array(args.number_rows)?;
+        let out: Float64Array = match a.data_type() {
+            DataType::Decimal128(_, s) => {
+                let d = a
+                    .as_any()
+                    .downcast_ref::<Decimal128Array>()
+                    .ok_or_else(|| {
+                        DataFusionError::Internal("pg_numeric_float: decimal128".into())
+                    })?;
+                (0..d.len())
+                    .map(|i| {
+                        d.is_valid(i)
+                            .then(|| decimal_to_f64(d.value(i), *s, || d.value_as_string(i)))
+                    })
+                    .collect()
+            }
+            DataType::Decimal256(_, s) => {
+                let d = a
+                    .as_any()
+                    .downcast_ref::<Decimal256Array>()
+                    .ok_or_else(|| {
+                        DataFusionError::Internal("pg_numeric_float: decimal256".into())
+                    })?;
+                (0..d.len())
+                    .map(|i| {
+                        d.is_valid(i).then(|| match d.value(i).to_i128() {
+                            Some(m) => decimal_to_f64(m, *s, || d.value_as_string(i)),
+                            None => d.value_as_string(i).parse::<f64>().unwrap_or(f64::NAN),
+                        })
+                    })
+                    .collect()
+            }
+            _ => {
+                return Err(DataFusionError::Internal(
+                    "pg_numeric_float takes a decimal".into(),
+                ));
+            }
+        };
+        let out: ArrayRef = Arc::new(out);
+        let t = args.return_field.data_type().clone();
+        let out = if t == DataType::Float64 {
+            out
+        } else {
+            arrow::compute::cast(&out, &t)?
+        };
+        super::columnar(out, scalar)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numeric_to_float_is_correctly_rounded() {
+        // 417.25 = 41725000000000000000 / 10^17 (a scale as numeric division gives).
+        assert_eq!(decimal_to_f64(41725, 2, || "417.25".into()), 417.25);
+        let big = 41_725_000_000_000_000_000i128;
+        assert_eq!(
+            decimal_to_f64(big, 17, || "417.25000000000000000".into()),
+            417.25
+        );
+        assert_eq!(decimal_to_f64(-462625, 2, || "-4626.25".into()), -4626.25);
+    }
 
     fn text(m: i256, scale: i8) -> String {
         use arrow::datatypes::DecimalType;

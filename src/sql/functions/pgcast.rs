@@ -189,6 +189,7 @@ fn extract_of_date(f: &ScalarFunction, schema: &DFSchema) -> Option<DataType> {
 pub struct RoundingCasts {
     rint: Arc<ScalarUDF>,
     float_numeric: Arc<ScalarUDF>,
+    numeric_float: Arc<ScalarUDF>,
     add: Arc<ScalarUDF>,
     sub: Arc<ScalarUDF>,
     mul: Arc<ScalarUDF>,
@@ -199,6 +200,7 @@ impl Default for RoundingCasts {
         RoundingCasts {
             rint: Arc::new(ScalarUDF::from(PgRint::default())),
             float_numeric: Arc::new(ScalarUDF::from(super::numeric::FloatNumeric::default())),
+            numeric_float: Arc::new(ScalarUDF::from(super::numeric::NumericFloat::default())),
             add: Arc::new(ScalarUDF::from(CheckedArith::new(Operator::Plus))),
             sub: Arc::new(ScalarUDF::from(CheckedArith::new(Operator::Minus))),
             mul: Arc::new(ScalarUDF::from(CheckedArith::new(Operator::Multiply))),
@@ -231,6 +233,7 @@ impl AnalyzerRule for RoundingCasts {
     fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
         let rint = self.rint.clone();
         let float_numeric = self.float_numeric.clone();
+        let numeric_float = self.numeric_float.clone();
         let session_tz: Option<Arc<str>> = config.execution.time_zone.as_deref().map(Arc::from);
         let (add, sub, mul) = (self.add.clone(), self.sub.clone(), self.mul.clone());
         let out = plan.transform_up_with_subqueries(|node| {
@@ -318,6 +321,20 @@ impl AnalyzerRule for RoundingCasts {
                         return Ok(Transformed::yes(Expr::Cast(Cast { expr, field })));
                     }
                     let from = (*expr).get_type(&schema as &dyn ExprSchema).ok();
+                    // numeric → float: the nearest float to the exact value.
+                    if matches!(
+                        from,
+                        Some(DataType::Decimal128(..) | DataType::Decimal256(..))
+                    ) && matches!(field.data_type(), DataType::Float32 | DataType::Float64)
+                    {
+                        let target = ScalarValue::try_from(field.data_type())?;
+                        return Ok(Transformed::yes(Expr::ScalarFunction(
+                            ScalarFunction::new_udf(
+                                numeric_float.clone(),
+                                vec![*expr, Expr::Literal(target, None)],
+                            ),
+                        )));
+                    }
                     match from {
                         // float → numeric through the float's 15 significant digits
                         // (0.1::float8::numeric is 0.1, not the binary fraction's digits).
