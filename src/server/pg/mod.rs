@@ -383,6 +383,8 @@ fn fields_for(schema: &SchemaRef, format: &Format) -> PgWireResult<Vec<FieldInfo
 /// a 128-bit decimal (Sundial encodes every decimal's values itself, `pgtext`).
 fn named_type(dt: &DataType) -> DataType {
     match dt {
+        // Sent as bigint (`pg_text_batch`): PostgreSQL has no unsigned type.
+        DataType::UInt64 => DataType::Int64,
         DataType::Decimal256(..) => DataType::Decimal128(38, 0),
         DataType::List(f) if matches!(f.data_type(), DataType::Decimal256(..)) => {
             DataType::List(Arc::new(

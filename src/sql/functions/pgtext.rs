@@ -240,6 +240,25 @@ pub fn pg_text_batch(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
     let mut cols = Vec::with_capacity(batch.num_columns());
     let mut out_fields = Vec::with_capacity(batch.num_columns());
     for (i, (f, c)) in schema.fields().iter().zip(batch.columns()).enumerate() {
+        // PostgreSQL has no unsigned type: row_number(), rank(), dense_rank() and
+        // ntile() (UInt64 in DataFusion) are bigint, as the column is described.
+        let unsigned;
+        let (f, c) = if c.data_type() == &DataType::UInt64 {
+            let u = c
+                .as_any()
+                .downcast_ref::<arrow::array::UInt64Array>()
+                .ok_or_else(|| crate::Error::Internal("uint64 column".into()))?;
+            let signed: arrow::array::Int64Array = u
+                .iter()
+                .map(|v| v.map(i64::try_from).transpose())
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|_| crate::Error::sql("22003", "bigint out of range"))?;
+            changed = true;
+            unsigned = Arc::new(f.as_ref().clone().with_data_type(DataType::Int64));
+            (&unsigned, &(Arc::new(signed) as arrow::array::ArrayRef))
+        } else {
+            (f, c)
+        };
         let text = fields
             .get(i)
             .map(|fi| fi.format() == FieldFormat::Text)
