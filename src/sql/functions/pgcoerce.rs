@@ -150,6 +150,22 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
             }
             Transformed::yes(Expr::WindowFunction(w))
         }
+        // sum(int8) OVER (…) too.
+        Expr::WindowFunction(mut w)
+            if w.fun.name() == "sum"
+                && w.params.args.len() == 1
+                && matches!(
+                    type_of(&w.params.args[0], schema),
+                    Some(DataType::Int64 | DataType::UInt64)
+                ) =>
+        {
+            let arg = w.params.args.remove(0);
+            w.params.args.push(Expr::Cast(Cast::new(
+                Box::new(arg),
+                DataType::Decimal128(38, 0),
+            )));
+            Transformed::yes(Expr::WindowFunction(w))
+        }
         // sum(int8) is numeric in PostgreSQL (it cannot overflow).
         Expr::AggregateFunction(mut a)
             if a.func.name() == "sum"
