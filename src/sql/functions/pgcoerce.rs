@@ -66,6 +66,24 @@ fn float_if_numeric(e: Box<Expr>, schema: &DFSchema) -> (Box<Expr>, bool) {
 }
 
 fn type_of(e: &Expr, schema: &DFSchema) -> Option<DataType> {
+    // Before type coercion a CASE reports its first branch's type: the common type
+    // of all branches is what it will have (CASE WHEN … THEN 500 ELSE float8 is
+    // float8, not an integer).
+    if let Expr::Case(c) = e {
+        let thens: Vec<DataType> = c
+            .when_then_expr
+            .iter()
+            .map(|(_, t)| type_of(t, schema))
+            .collect::<Option<_>>()?;
+        let other = match &c.else_expr {
+            Some(x) => Some(type_of(x, schema)?),
+            None => None,
+        };
+        return datafusion::logical_expr::type_coercion::other::get_coerce_type_for_case_expression(
+            &thens,
+            other.as_ref(),
+        );
+    }
     e.get_type(schema as &dyn ExprSchema).ok()
 }
 
