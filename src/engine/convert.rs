@@ -4,14 +4,8 @@
 //! step, so a crash leaves the plain table or the hypertable, never half of each.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
-use datafusion::datasource::source::DataSourceExec;
-use datafusion::execution::TaskContext;
-use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 
 use super::Engine;
@@ -53,18 +47,8 @@ impl Engine {
         let schema = t.schema();
         let mut by_chunk: BTreeMap<i64, Vec<RecordBatch>> = BTreeMap::new();
         if !t.files.is_empty() {
-            let source = ParquetSource::new(schema.clone());
-            let builder = FileScanConfigBuilder::new(self.store_url().clone(), Arc::new(source))
-                .with_file_group(
-                    t.files
-                        .iter()
-                        .map(|f| PartitionedFile::new(f.path.clone(), f.bytes))
-                        .collect::<Vec<_>>()
-                        .into(),
-                );
-            let scan = DataSourceExec::from_data_source(builder.build());
-            let ctx = Arc::new(TaskContext::default().with_runtime(self.runtime.clone()));
-            let mut stream = scan.execute(0, ctx)?;
+            let files: Vec<&FileMeta> = t.files.iter().collect();
+            let mut stream = self.read_files(&t, &files, None)?;
             while let Some(b) = stream.next().await {
                 let b = crate::write::validate(&hyper, &b?)?;
                 for (start, part) in crate::write::split_by_chunk(&hyper, &b)? {

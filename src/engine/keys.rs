@@ -180,20 +180,7 @@ impl Engine {
                         .map_err(|_| Error::UndefinedColumn(c.clone()))
                 })
                 .collect::<Result<_>>()?;
-            let source = ParquetSource::new(schema.clone()).with_bloom_filter_on_read(false);
-            let mut builder =
-                FileScanConfigBuilder::new(self.store_url().clone(), Arc::new(source))
-                    .with_projection_indices(Some(projection))?;
-            builder = builder.with_file_group(
-                files
-                    .iter()
-                    .map(|f| PartitionedFile::new(f.path.clone(), f.bytes))
-                    .collect::<Vec<_>>()
-                    .into(),
-            );
-            let scan = DataSourceExec::from_data_source(builder.build());
-            let ctx = Arc::new(TaskContext::default().with_runtime(self.runtime.clone()));
-            let mut stream = scan.execute(0, ctx)?;
+            let mut stream = self.read_files(table, &files, Some(projection))?;
             while let Some(b) = stream.next().await {
                 look(&key_rows(&conv, &b?, key, &types)?);
             }
@@ -202,6 +189,31 @@ impl Engine {
             out.existing[i] = true;
         }
         Ok(out)
+    }
+}
+
+impl Engine {
+    /// The rows of `files` of `table` in order, one stream (`projection`: the
+    /// columns to read, by position in the table's schema).
+    pub(crate) fn read_files(
+        &self,
+        table: &TableDef,
+        files: &[&crate::catalog::FileMeta],
+        projection: Option<Vec<usize>>,
+    ) -> Result<datafusion::execution::SendableRecordBatchStream> {
+        let source = ParquetSource::new(table.schema()).with_bloom_filter_on_read(false);
+        let builder = FileScanConfigBuilder::new(self.store_url().clone(), Arc::new(source))
+            .with_projection_indices(projection)?
+            .with_file_group(
+                files
+                    .iter()
+                    .map(|f| PartitionedFile::new(f.path.clone(), f.bytes))
+                    .collect::<Vec<_>>()
+                    .into(),
+            );
+        let scan = DataSourceExec::from_data_source(builder.build());
+        let ctx = Arc::new(TaskContext::default().with_runtime(self.runtime.clone()));
+        Ok(scan.execute(0, ctx)?)
     }
 }
 

@@ -206,38 +206,24 @@ fn plan(s: &Session, u: &ast::Update) -> Result<Plan> {
 /// For a statement that returns rows natively (`UPDATE … RETURNING`), a query whose
 /// result has the same columns: the RETURNING items over the table.
 pub fn returning_query(s: &Session, stmt: &ast::Statement) -> Option<String> {
-    if let ast::Statement::Insert(ins) = stmt {
-        let items = ins.returning.as_ref()?;
-        let ast::TableObject::TableName(name) = &ins.table else {
-            return None;
-        };
-        let table_name = super::args::table_name(name).ok()?;
-        let table = s
-            .engine
-            .catalog()
-            .snapshot()
-            .table(&s.db, &table_name)
-            .ok()?
-            .clone();
-        let (alias_sql, alias_name) = match &ins.table_alias {
-            Some(a) => (a.alias.to_string(), super::args::fold(&a.alias)),
-            None => (
-                name.0.last().map(|p| p.to_string()).unwrap_or_default(),
-                table_name,
-            ),
-        };
-        let items = returning_items(&table, &alias_sql, &alias_name, items);
-        return Some(format!(
-            "SELECT {} FROM {name} AS {alias_sql}",
-            items.join(", ")
-        ));
-    }
-    let ast::Statement::Update(u) = stmt else {
-        return None;
-    };
-    let items = u.returning.as_ref()?;
-    let ast::TableFactor::Table { name, alias, .. } = &u.table.relation else {
-        return None;
+    let (items, name, alias) = match stmt {
+        ast::Statement::Insert(ins) => {
+            let ast::TableObject::TableName(name) = &ins.table else {
+                return None;
+            };
+            (
+                ins.returning.as_ref()?,
+                name,
+                ins.table_alias.as_ref().map(|a| &a.alias),
+            )
+        }
+        ast::Statement::Update(u) => {
+            let ast::TableFactor::Table { name, alias, .. } = &u.table.relation else {
+                return None;
+            };
+            (u.returning.as_ref()?, name, alias.as_ref().map(|a| &a.name))
+        }
+        _ => return None,
     };
     let table_name = super::args::table_name(name).ok()?;
     let table = s
@@ -248,7 +234,7 @@ pub fn returning_query(s: &Session, stmt: &ast::Statement) -> Option<String> {
         .ok()?
         .clone();
     let (alias_sql, alias_name) = match alias {
-        Some(a) => (a.name.to_string(), super::args::fold(&a.name)),
+        Some(a) => (a.to_string(), super::args::fold(a)),
         None => (
             name.0.last().map(|p| p.to_string()).unwrap_or_default(),
             table_name,
@@ -256,9 +242,8 @@ pub fn returning_query(s: &Session, stmt: &ast::Statement) -> Option<String> {
     };
     let items = returning_items(&table, &alias_sql, &alias_name, items);
     Some(format!(
-        "SELECT {} FROM {}",
-        items.join(", "),
-        u.table.relation
+        "SELECT {} FROM {name} AS {alias_sql}",
+        items.join(", ")
     ))
 }
 
