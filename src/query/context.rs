@@ -5,11 +5,15 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::catalog::{CatalogProvider, SchemaProvider};
+use datafusion::catalog::{CatalogProvider, SchemaProvider, Session};
 use datafusion::datasource::TableProvider;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::context::QueryPlanner;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::{Analyzer, AnalyzerRule};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use super::provider::HypertableProvider;
@@ -31,6 +35,30 @@ pub struct PgParts {
     pub views: Arc<dyn ViewSource>,
     /// SQL type names as PostgreSQL means them (`numeric` without a typmod).
     pub types: Arc<dyn datafusion::logical_expr::planner::TypePlanner>,
+    /// Plans the SQL layer's logical nodes too (gap filling): a [`Planner`].
+    pub planner: Arc<dyn QueryPlanner + Send + Sync>,
+}
+
+/// DataFusion's physical planner with the SQL layer's extension planners.
+pub struct Planner(pub Vec<Arc<dyn ExtensionPlanner + Send + Sync>>);
+
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Planner({} extension planners)", self.0.len())
+    }
+}
+
+#[async_trait]
+impl QueryPlanner for Planner {
+    async fn create_physical_plan(
+        &self,
+        plan: &LogicalPlan,
+        session: &dyn Session,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        DefaultPhysicalPlanner::with_extension_planners(self.0.clone())
+            .create_physical_plan(plan, session)
+            .await
+    }
 }
 
 /// Turns a view's stored definition into a table provider (the SQL layer plans it).
@@ -57,6 +85,7 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContex
         .with_default_features()
         .with_analyzer_rules(rules)
         .with_type_planner(pg.types.clone())
+        .with_query_planner(pg.planner.clone())
         // The order `sql::session` keeps when one is switched off and on again.
         .with_optimizer_rule(Arc::new(super::latest::LatestRows))
         .with_optimizer_rule(Arc::new(super::newest_buckets::NewestBuckets))

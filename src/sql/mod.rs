@@ -80,8 +80,6 @@ pub enum Prepared {
         plan: LogicalPlan,
         is_dml: bool,
         names: Option<Vec<String>>,
-        /// `time_bucket_gapfill`: the result is completed after the plan runs.
-        gapfill: Option<Arc<gapfill::Spec>>,
         /// The result columns as execution will produce them (after type coercion),
         /// for Describe; `None` when only the unanalyzed plan's schema is known.
         described: Option<SchemaRef>,
@@ -204,9 +202,6 @@ pub fn front_door(sql: &str) {
             let _ = names::query_names(q);
             let mut q = q.clone();
             names::alias_duplicates(&mut q);
-            if gapfill::uses_gapfill(&q) {
-                let _ = gapfill::rewrite(&mut q);
-            }
         }
         if let Some(shape) = &shape {
             let _ = plan_cache::lift(stmt, shape);
@@ -897,10 +892,16 @@ impl Session {
             staging: staging.clone(),
             views: views.clone(),
             types: Arc::new(functions::pgtypes::PgTypes),
+            planner: Arc::new(crate::query::context::Planner(vec![Arc::new(
+                gapfill::GapFillPlanner,
+            )])),
         };
         let ctx = crate::query::context::new_context(&engine, db, pg);
         views.attach(ctx.state_weak_ref());
         functions::register(&ctx, db, pid, settings.clone());
+        // Gap filling takes its correlated `prev` / `next` subqueries before the
+        // lateral rule would join them.
+        gapfill::register(&ctx);
         ctx.add_analyzer_rule(lateral::rule());
         chunks::register(&ctx, &engine, db);
         compression::register(&ctx, &engine, db);
@@ -982,13 +983,6 @@ impl Session {
         let mut stmt = stmt;
         let cache_key =
             matches!(stmt, Statement::Query(_)).then(|| plan_cache::prepared_key(&stmt, declared));
-        let mut fill = None;
-        if let Statement::Query(q) = &mut stmt
-            && gapfill::uses_gapfill(q)
-            && let Some(draft) = gapfill::rewrite(q)?
-        {
-            fill = Some(Arc::new(draft.finish(self).await?));
-        }
         let names = match &stmt {
             Statement::Query(q) => names::query_names(q),
             _ => None,
@@ -1001,21 +995,19 @@ impl Session {
             .await?;
         let plan = infer_placeholders(plan, declared, false)?;
         // Only what runs as a plain query (not `SELECT .. INTO`, planned as DDL).
-        let plain_query = fill.is_none()
-            && !matches!(
-                plan,
-                LogicalPlan::Ddl(_)
-                    | LogicalPlan::Dml(_)
-                    | LogicalPlan::Copy(_)
-                    | LogicalPlan::Statement(_)
-            );
+        let plain_query = !matches!(
+            plan,
+            LogicalPlan::Ddl(_)
+                | LogicalPlan::Dml(_)
+                | LogicalPlan::Copy(_)
+                | LogicalPlan::Statement(_)
+        );
         let fresh = plan_cache::reads_cagg(&plan).then(|| Box::new((original, declared.to_vec())));
         Ok(Prepared::Plan {
             plan,
             is_dml,
             names,
             cache_key: cache_key.filter(|_| plain_query && fresh.is_none()),
-            gapfill: fill,
             described: None,
             source: None,
             fresh,
@@ -1044,7 +1036,6 @@ impl Session {
                 plan,
                 is_dml,
                 names,
-                gapfill: fill,
                 cache_key,
                 source,
                 fresh,
@@ -1090,24 +1081,6 @@ impl Session {
                         })
                         .sum();
                     return Ok(Output::Command(format!("INSERT 0 {n}")));
-                }
-                let schema =
-                    names::rename(Arc::new(df.schema().as_arrow().clone()), names.as_deref());
-                if let Some(spec) = fill {
-                    let schema = gapfill::nullable(&schema);
-                    let plain = Arc::new(df.schema().as_arrow().clone());
-                    let batches = df.collect().await?;
-                    let batch = arrow::compute::concat_batches(&plain, &batches)?;
-                    let filled = gapfill::apply(self, spec, batch).await?;
-                    let filled = arrow::array::RecordBatch::try_new(
-                        schema.clone(),
-                        filled.columns().to_vec(),
-                    )?;
-                    let stream = datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
-                        schema.clone(),
-                        futures::stream::iter(vec![Ok(filled)]),
-                    );
-                    return Ok(Output::Rows(schema, Box::pin(stream)));
                 }
                 // Planned as a kept plan would be (one partition for small scans),
                 // so that EXPLAIN shows the plan a run takes.
@@ -1319,7 +1292,6 @@ impl Session {
             plan,
             is_dml: false,
             names,
-            gapfill: None,
             ..
         } = &p
             && let Some(shape) = &shape

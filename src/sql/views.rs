@@ -15,7 +15,7 @@ use datafusion::sql::sqlparser::ast::{self, ObjectType, Statement};
 use parking_lot::RwLock;
 
 use super::viewdefs::{parse_query, plan_view, release};
-use super::{Output, Session, args, gapfill};
+use super::{Output, Session, args};
 use crate::catalog::ViewDef;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -110,11 +110,6 @@ pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
         ));
     }
     let name = args::table_name(&cv.name)?;
-    if gapfill::uses_gapfill(&cv.query) {
-        return Err(Error::NotSupported(
-            "a view cannot use time_bucket_gapfill".into(),
-        ));
-    }
     let sql = cv.query.to_string();
     // Planned once now, so a bad definition fails here, not in a later query.
     let state = s.ctx.state();

@@ -7,6 +7,7 @@ mod differential;
 mod drivers;
 mod durability;
 mod errors;
+mod gapfill;
 mod harness;
 mod hostile;
 mod influx;
