@@ -15,6 +15,7 @@ pub mod cursor;
 pub mod ddl;
 pub mod functions;
 pub mod gapfill;
+mod grouping;
 pub mod insert;
 pub mod lateral;
 pub mod names;
@@ -888,7 +889,10 @@ impl Session {
             information_schema: Arc::new(pg_catalog::CatalogSchema::information_schema(
                 cat.clone(),
             )),
-            first_rules: functions::pgcoerce::first_rules(),
+            first_rules: functions::pgcoerce::first_rules()
+                .into_iter()
+                .chain([grouping::rule()])
+                .collect(),
             staging: staging.clone(),
             views: views.clone(),
             types: Arc::new(functions::pgtypes::PgTypes),
