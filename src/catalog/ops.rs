@@ -360,6 +360,34 @@ impl Catalog {
         })
     }
 
+    /// Undoes [`Catalog::make_hypertable`] of a rolled-back transaction block: the
+    /// table is plain again, `column` nullable as before. Refused once the table
+    /// has files (rows written meanwhile are in chunks).
+    pub fn unmake_hypertable(
+        &self,
+        db: &str,
+        table: &str,
+        column: &str,
+        nullable: bool,
+    ) -> Result<()> {
+        self.update(|m| {
+            let t = table_mut(m, db, table)?;
+            if !t.files.is_empty() {
+                return Err(Error::sql(
+                    "55000",
+                    format!("hypertable \"{table}\" has rows: it stays a hypertable"),
+                ));
+            }
+            let tm = Arc::make_mut(t);
+            if let Some(c) = tm.columns.iter_mut().find(|c| c.name == column) {
+                c.nullable = nullable;
+            }
+            tm.time_column = None;
+            tm.chunk_interval_micros = None;
+            Ok(())
+        })
+    }
+
     /// `create_hypertable(…, migrate_data => true)`: plain table `table`, still
     /// holding exactly the files `old`, becomes a hypertable on `column` whose
     /// files are `new` (its rows cut into chunks). Returns the table id.

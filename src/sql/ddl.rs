@@ -272,6 +272,9 @@ fn allowed_in_block(s: &Session, stmt: &Statement) -> Result<()> {
         Statement::Query(_) => match management_call(stmt) {
             Some((name, args)) => {
                 super::chunks::is_read_only(&name)
+                    // Undone by ROLLBACK (an empty table only; migrate_data is not).
+                    || (name == "create_hypertable"
+                        && !args.iter().any(|a| a.to_string().to_ascii_lowercase().contains("migrate_data")))
                     || args
                         .first()
                         .and_then(|a| match a {
@@ -714,6 +717,11 @@ async fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> 
         };
         return one_text_row("create_hypertable", text);
     }
+    let nullable = current
+        .columns
+        .iter()
+        .find(|c| c.name == column)
+        .is_some_and(|c| c.nullable);
     let (id, created) = s.engine.catalog().make_hypertable(
         &s.db,
         &table,
@@ -722,6 +730,10 @@ async fn create_hypertable(s: &Session, args: &[FunctionArg]) -> Result<Output> 
         if_not_exists,
         in_memory,
     )?;
+    if created {
+        s.plans.clear();
+        s.made_hypertable_in_block(&table, &column, nullable);
+    }
     let flag = if created { "t" } else { "f" };
     let text = if by_range {
         format!("({id},{flag})")

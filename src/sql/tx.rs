@@ -56,6 +56,13 @@ enum Undo {
     /// DROP TABLE: the table was only renamed to `hidden`; ROLLBACK gives it its
     /// name back, COMMIT drops it.
     Dropped { hidden: String, name: String },
+    /// create_hypertable of an empty plain table: plain again, its time column as
+    /// nullable as it was.
+    MadeHypertable {
+        name: String,
+        column: String,
+        nullable: bool,
+    },
 }
 
 /// Per-session transaction state beyond the staged writes.
@@ -158,6 +165,17 @@ impl Session {
     pub fn created_in_block(&self, name: &str) {
         if self.staging.in_block() {
             self.tx.lock().undo.push(Undo::Created(name.to_string()));
+        }
+    }
+
+    /// Remembers a table the block made a hypertable (ROLLBACK makes it plain).
+    pub fn made_hypertable_in_block(&self, name: &str, column: &str, nullable: bool) {
+        if self.staging.in_block() {
+            self.tx.lock().undo.push(Undo::MadeHypertable {
+                name: name.to_string(),
+                column: column.to_string(),
+                nullable,
+            });
         }
     }
 
@@ -372,6 +390,14 @@ impl Session {
                 Undo::Dropped { hidden, name } => {
                     self.engine.catalog().rename_table(&self.db, hidden, name)
                 }
+                Undo::MadeHypertable {
+                    name,
+                    column,
+                    nullable,
+                } => self
+                    .engine
+                    .catalog()
+                    .unmake_hypertable(&self.db, name, column, *nullable),
             };
             if let Err(e) = r {
                 tracing::warn!(step = ?u, error = %e, "could not undo DDL of a rolled-back block");

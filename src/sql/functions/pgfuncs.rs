@@ -330,9 +330,10 @@ pub fn pg_type_name(t: &DataType) -> std::borrow::Cow<'static, str> {
 fn scalar_type_name(t: &DataType) -> &'static str {
     match t {
         DataType::Boolean => "boolean",
-        DataType::Int16 | DataType::Int8 => "smallint",
-        DataType::Int32 => "integer",
-        DataType::Int64 => "bigint",
+        DataType::Int16 | DataType::Int8 | DataType::UInt8 => "smallint",
+        DataType::Int32 | DataType::UInt16 => "integer",
+        // Unsigned 64-bit results (row_number, rank) are sent as int8.
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => "bigint",
         DataType::Float32 => "real",
         DataType::Float64 => "double precision",
         DataType::Decimal128(..) | DataType::Decimal256(..) => "numeric",
