@@ -1812,10 +1812,15 @@ fn infer_placeholders(
                                 id,
                             }))
                         }
-                        // The client's int2/int4 wins over the int8 DataFusion guessed.
-                        Some(dt @ (DataType::Int16 | DataType::Int32))
-                            if f.as_ref()
-                                .is_some_and(|f| f.data_type() == &DataType::Int64) =>
+                        // The client's numeric type wins over the one DataFusion
+                        // guessed (`$1 > 1` with a float8 $1 compares floats), and
+                        // over a Null guess (`$1 > $2`).
+                        Some(dt)
+                            if f.as_ref().is_some_and(|f| {
+                                let guess = f.data_type();
+                                guess != &dt
+                                    && (guess.is_null() || (guess.is_numeric() && dt.is_numeric()))
+                            }) =>
                         {
                             Transformed::yes(Expr::Placeholder(Placeholder {
                                 field: field(&dt),

@@ -111,6 +111,9 @@ with c.step("parameter types as PostgreSQL infers them", "SELECT %s"):
         ("SELECT %s + 1", (2,), (3,), [23]),
         ("SELECT %s", (Decimal("1.25"),), (Decimal("1.25"),), [1700]),
         ("SELECT coalesce(%s, 5)", (None,), (5,), [23]),
+        # The client's types win over those the query suggests (float8 > int).
+        ("SELECT %s + 1, %s || 'x', %s > %s", (41, "y", 2.5, 1), (42, "yx", True), [23, 25, 16]),
+        ("SELECT %s > 1", (2.5,), (True,), [16]),
     ]
     for q, params, want, oids in cases:
         cur = conn.execute(q, params)

@@ -8,7 +8,7 @@ import pandas as pd
 from pandas.api.types import DatetimeTZDtype
 from sqlalchemy import create_engine, text
 
-from drvcommon import (DB, HOST, PORT, USER, ROWS, BUCKET, RANGE_START, RANGE_END,
+from drvcommon import (DB, HOST, PORT, USER, ROWS, BUCKET, PLAIN_PG, RANGE_START, RANGE_END,
                        EXPECTED_BUCKETS, SORTED_ROWS, Checker, create_table_sql,
                        bucket_sql, raw_sql, check_rows_python, check_buckets_python)
 
@@ -106,6 +106,24 @@ with c.step("pandas.read_sql raw rows, coerce_float=False", raw_sql(TABLE)):
     for i, v in enumerate(got):
         if v is not None:
             c.isinstance(f"coerce_float=False row {i} reading is Decimal", v, Decimal)
+
+# A plain table made a hypertable in a transaction (SQLAlchemy runs every statement
+# in one), as a migration tool does after metadata.create_all().
+if not PLAIN_PG:
+    with c.step("create_hypertable inside a transaction", "SELECT create_hypertable(...)"):
+        with engine.connect() as conn2:
+            with conn2.begin():
+                conn2.execute(text("DROP TABLE IF EXISTS drv_sa_plain"))
+                conn2.execute(text("CREATE TABLE drv_sa_plain (time timestamptz NOT NULL, v float8)"))
+            with conn2.begin():
+                conn2.execute(text("SELECT create_hypertable('drv_sa_plain', by_range('time'))"))
+                conn2.execute(text("INSERT INTO drv_sa_plain VALUES ('2024-01-01 00:00:00+00', 1.5)"))
+            with conn2.begin():
+                n = conn2.execute(text("SELECT count(*) FROM timescaledb_information.hypertables "
+                                       "WHERE hypertable_name = 'drv_sa_plain'")).scalar()
+                c.eq("drv_sa_plain is a hypertable", n, 1)
+                v = conn2.execute(text("SELECT v FROM drv_sa_plain")).scalar()
+                c.eq("its row", v, 1.5)
 
 engine.dispose()
 c.finish()
