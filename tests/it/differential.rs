@@ -40,10 +40,15 @@ fn inserts() -> Vec<String> {
     let mut rows = vec![];
     for i in 0..N_ROWS {
         // Unique, irregular times (1 s .. 10 min apart) so ORDER BY time is total.
+        // One row sits exactly on the 2024-03-31 01:00:00 UTC DST change; the others
+        // step around it (before, one row jumped back there and later rows could
+        // tie with earlier ones, so `ORDER BY time LIMIT 1` had two answers).
+        const DST: i64 = 1_711_846_800_000_000;
         t += 1_000_000 + rng.below(600) as i64 * 1_000_000;
-        if i == 1234 {
-            t = 1_711_846_800_000_000; // exactly 2024-03-31 01:00:00 UTC
+        if t == DST {
+            t += 1_000_000;
         }
+        let at = if i == 1234 { DST } else { t };
         let dev = if rng.below(20) == 0 {
             "NULL".to_string()
         } else {
@@ -77,7 +82,7 @@ fn inserts() -> Vec<String> {
         };
         rows.push(format!(
             "('{}', {dev}, {reqs}, {bytes}, {val}, {ok})",
-            format_ts(t)
+            format_ts(at)
         ));
     }
     rows.chunks(500)
@@ -202,6 +207,12 @@ const AGGS: &[&str] = &[
     // Not of val: beside 1e150 a float variance depends on the summation order.
     "var_pop(reqs)",
     "sum(reqs * 1.25)",
+    // Integer and float8 branches; bigint and numeric branches (issue 37).
+    "avg(CASE WHEN reqs > 500 THEN 500 ELSE val END)",
+    "sum(CASE WHEN dev IS NULL THEN bytes ELSE reqs * 1.5 END)",
+    // numeric division converted to float8, and float8 minus numeric.
+    "(sum(reqs) / 8.0)::float8",
+    "sum(val) - avg(reqs)",
 ];
 
 const EXPRS: &[&str] = &[
@@ -224,6 +235,8 @@ const EXPRS: &[&str] = &[
     "coalesce(val, -1)",
     "NOT ok",
     "dev || '-' || reqs",
+    "(reqs / 8.0)::float8",
+    "reqs::numeric / 7",
 ];
 
 const BUCKETS: &[&str] = &[
@@ -257,7 +270,46 @@ fn generate(rng: &mut XorShift) -> Query {
         order: vec![],
         limit: None,
     };
-    match rng.below(10) {
+    match rng.below(12) {
+        // Window sums and ranks over rows, oldest first.
+        10 => {
+            let over = pick(
+                rng,
+                &[
+                    "sum(bytes) OVER (ORDER BY time)",
+                    "sum(reqs) OVER (PARTITION BY dev ORDER BY time)",
+                    "row_number() OVER (PARTITION BY dev ORDER BY time)",
+                    "rank() OVER (ORDER BY reqs)",
+                    "dense_rank() OVER (PARTITION BY dev ORDER BY reqs)",
+                    "count(*) OVER (PARTITION BY dev)",
+                    "avg(reqs) OVER (PARTITION BY dev)",
+                ],
+            );
+            q.select = vec!["time".into(), "reqs".into(), over.into()];
+            q.order = vec!["time".into()];
+            q.limit = Some(1 + rng.below(100));
+        }
+        // GROUP BY over a grouped subquery, by a cast of its key.
+        11 => {
+            let inner = conds(rng);
+            let w = if inner.is_empty() {
+                String::new()
+            } else {
+                format!(" WHERE {}", inner.join(" AND "))
+            };
+            q.conds = vec![];
+            q.from = format!(
+                "(SELECT date_trunc('hour', time) AS k1, dev AS k2, count(*) AS a2, max(val) AS a3 FROM dm{w} GROUP BY 1, 2) s"
+            );
+            q.select = vec![
+                "k1::date AS k4".into(),
+                "date_trunc('week', k1) AS k5".into(),
+                "count(*)".into(),
+                "sum(a2)".into(),
+                "max(a3)".into(),
+            ];
+            q.group = vec!["k4".into(), "k5".into()];
+        }
         // Aggregates over a filtered set.
         0 | 1 => q.select = aggs(rng),
         // GROUP BY dev.
