@@ -119,8 +119,86 @@ fn physical_rules()
         .into_iter()
         .filter(|r| r.name() != "FilterPushdown" && r.name() != "FilterPushdown(Post)")
         .collect();
+    let at = rules
+        .iter()
+        .position(|r| r.name() == "SanityCheckPlan")
+        .unwrap_or(rules.len());
+    rules.insert(at, Arc::new(MergeUnkeyedPartitions));
     rules.push(Arc::new(YieldFromJoins));
     rules
+}
+
+/// Merges into one partition the input of an operator that needs its rows split by
+/// key (a window's PARTITION BY) where DataFusion's distribution rule left them split
+/// otherwise: with the key constant (`WHERE dev = 'd3'` beside `PARTITION BY dev`)
+/// it took two unkeyed partitions (a chunk file and the memtable) for keyed, and the
+/// plan's sanity check refused `count(*) OVER (PARTITION BY dev)`.
+#[derive(Debug)]
+struct MergeUnkeyedPartitions;
+
+impl datafusion::physical_optimizer::PhysicalOptimizerRule for MergeUnkeyedPartitions {
+    fn optimize(
+        &self,
+        plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+        _config: &datafusion::config::ConfigOptions,
+    ) -> DfResult<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        use datafusion::common::tree_node::{Transformed, TreeNode};
+        use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+        use datafusion::physical_plan::distribution_requirements::ChildSatisfactionOptions;
+        use datafusion::physical_plan::execution_plan::{
+            ChildrenPropertiesMode, ReplaceChildrenOptions,
+        };
+        use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+        use datafusion::physical_plan::{Distribution, ExecutionPlanProperties};
+        plan.transform_up(|p| {
+            let needs = p.input_distribution_requirements();
+            let mut changed = false;
+            let mut children = vec![];
+            for (i, child) in p.children().into_iter().enumerate() {
+                let keyed = matches!(
+                    needs.child_distribution(i),
+                    Some(Distribution::KeyPartitioned(_))
+                );
+                if keyed
+                    && child.output_partitioning().partition_count() > 1
+                    && !needs
+                        .child_satisfaction(
+                            i,
+                            child.as_ref(),
+                            ChildSatisfactionOptions::new().with_allow_subset(true),
+                        )?
+                        .is_satisfied()
+                {
+                    changed = true;
+                    children.push(match child.output_ordering() {
+                        Some(o) => {
+                            Arc::new(SortPreservingMergeExec::new(o.clone(), child.clone())) as _
+                        }
+                        None => Arc::new(CoalescePartitionsExec::new(child.clone())) as _,
+                    });
+                } else {
+                    children.push(child.clone());
+                }
+            }
+            if changed {
+                Ok(Transformed::yes(p.replace_children(
+                    children,
+                    ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+                )?))
+            } else {
+                Ok(Transformed::no(p))
+            }
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "MergeUnkeyedPartitions"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
 }
 
 /// Wraps every join in DataFusion's `CooperativeExec`, which spends the task's Tokio
