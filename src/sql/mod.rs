@@ -364,6 +364,33 @@ impl VisitorMut for Normalize {
                 right: Box::new(ast::Expr::Nested(Box::new(b.clone()))),
             }));
         }
+        // Gap filling's named arguments, in place (NULL: not given).
+        if let ast::Expr::Function(f) = expr
+            && let ast::FunctionArguments::List(list) = &mut f.args
+            && list
+                .args
+                .iter()
+                .any(|a| !matches!(a, ast::FunctionArg::Unnamed(_)))
+        {
+            let zone = list.args.iter().any(|a| {
+                matches!(a, ast::FunctionArg::Named { name, .. } | ast::FunctionArg::ExprNamed { name: ast::Expr::Identifier(name), .. }
+                    if name.value.eq_ignore_ascii_case("timezone"))
+            });
+            let names: &[&str] = match function_name(f).as_str() {
+                "time_bucket_gapfill" if zone => {
+                    &["bucket_width", "ts", "timezone", "start", "finish"]
+                }
+                "time_bucket_gapfill" => &["bucket_width", "ts", "start", "finish"],
+                "locf" => &["value", "prev", "treat_null_as_missing"],
+                "interpolate" => &["value", "prev", "next"],
+                _ => &[],
+            };
+            if !names.is_empty()
+                && let ast::FunctionArguments::List(list) = &mut f.args
+            {
+                positional(&mut list.args, names);
+            }
+        }
         if let ast::Expr::Value(v) = expr
             && let ast::Value::Number(n, _) = &v.value
             && n.contains(['e', 'E'])
