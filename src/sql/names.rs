@@ -291,6 +291,22 @@ fn distinguish_casts(sel: &mut datafusion::sql::sqlparser::ast::Select) {
     let mut seen: std::collections::HashMap<String, Vec<String>> = Default::default();
     let mut plain: std::collections::HashSet<String> = Default::default();
     let mut depth = vec![0usize; sel.projection.len()];
+    // Aggregates of HAVING are planned beside the select list's: `SELECT
+    // sum(lat::numeric) … HAVING sum(lat) > 0` clashes as well.
+    let mut having_calls: Vec<(String, String)> = vec![];
+    if let Some(h) = &sel.having {
+        let _ = datafusion::sql::sqlparser::ast::visit_expressions(h, |e| {
+            if let Expr::Function(_) = e {
+                having_calls.push((without_casts(e), e.to_string()));
+            }
+            ControlFlow::<()>::Continue(())
+        });
+    }
+    for (key, full) in &having_calls {
+        if key == full {
+            plain.insert(key.clone());
+        }
+    }
     for (i, item) in sel.projection.iter().enumerate() {
         let e = match item {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
@@ -332,5 +348,21 @@ fn distinguish_casts(sel: &mut datafusion::sql::sqlparser::ast::Select) {
         if clash && n > 0 {
             let _ = e.visit(&mut Wrap(n));
         }
+    }
+    // A call with casts in HAVING whose cast-free form is selected: one wrapping
+    // more than any select-list variant of it.
+    if let Some(h) = sel.having.as_mut() {
+        let _ = datafusion::sql::sqlparser::ast::visit_expressions_mut(h, |e| {
+            if let Expr::Function(_) = e {
+                let full = e.to_string();
+                let key = without_casts(e);
+                if key != full && plain.contains(&key) {
+                    let n = seen.get(&key).map_or(0, |v| v.len()) + 1;
+                    // Post-order: the wrapped casts are not visited again.
+                    let _ = e.visit(&mut Wrap(n));
+                }
+            }
+            ControlFlow::<()>::Continue(())
+        });
     }
 }
