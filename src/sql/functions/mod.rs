@@ -227,6 +227,11 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
     ] {
         ctx.register_udf(ScalarUDF::from(numeric::NumericScale::new(kind)));
     }
+    if let Ok(round) = datafusion::execution::FunctionRegistry::udf(ctx, "round") {
+        ctx.register_udf(ScalarUDF::new_from_impl(numeric::PgRound::new(
+            round.as_ref().clone(),
+        )));
+    }
     pgfuncs::register(ctx);
     limits::register(ctx);
     ctx.register_udtf(

@@ -1012,3 +1012,76 @@ impl ScalarUDFImpl for NumericScale {
         super::columnar(out, scalar)
     }
 }
+
+/// DataFusion's `round` with a narrower type for a numeric without typmod: its 38
+/// integer digits (and one of carry) instead of 76 minus the scale. `round(x, 1) -
+/// 0.25` asked DataFusion for 75 integer digits and 2 fraction digits, more than its
+/// 76, and failed to plan ("Cannot coerce Decimal256(76, 1) - Decimal128(2, 2)").
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct PgRound {
+    inner: datafusion::logical_expr::ScalarUDF,
+}
+
+impl PgRound {
+    pub fn new(inner: datafusion::logical_expr::ScalarUDF) -> PgRound {
+        PgRound { inner }
+    }
+
+    /// The narrower type for `round`'s `out` given its argument `input`: the
+    /// input's integer digits and one of carry, not all that 76 leaves.
+    fn narrow(input: &DataType, out: &DataType) -> DataType {
+        match (input, out) {
+            (DataType::Decimal256(p, s), DataType::Decimal256(_, out_s))
+                if *s >= 0 && *out_s >= 0 && s <= &(*p as i8) =>
+            {
+                let int_digits = *p - *s as u8 + 1;
+                DataType::Decimal256(
+                    (int_digits + *out_s as u8).min(ANY_NUMERIC_PRECISION),
+                    *out_s,
+                )
+            }
+            _ => out.clone(),
+        }
+    }
+}
+
+impl ScalarUDFImpl for PgRound {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(args)
+    }
+
+    fn return_field_from_args(
+        &self,
+        args: datafusion::logical_expr::ReturnFieldArgs,
+    ) -> Result<FieldRef> {
+        let input = args.arg_fields.first().cloned();
+        let f = self.inner.return_field_from_args(args)?;
+        let Some(input) = input else {
+            return Ok(f);
+        };
+        let t = Self::narrow(input.data_type(), f.data_type());
+        Ok(Arc::new(f.as_ref().clone().with_data_type(t)))
+    }
+
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let want = args.return_field.data_type().clone();
+        let wide = match want {
+            DataType::Decimal256(_, s) => DataType::Decimal256(ANY_NUMERIC_PRECISION, s),
+            ref other => other.clone(),
+        };
+        if wide == want {
+            return self.inner.invoke_with_args(args);
+        }
+        args.return_field = Arc::new(args.return_field.as_ref().clone().with_data_type(wide));
+        let out = self.inner.invoke_with_args(args)?;
+        out.cast_to(&want, None)
+    }
+}
