@@ -242,6 +242,16 @@ fn plan_gapfill(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
         let name = f.func.name();
         let arg = |k: usize| f.args.get(k).filter(|e| !is_null(e)).cloned();
         let value = arg(0).ok_or_else(|| unsupported(format!("{name}() needs a value")))?;
+        if name == "interpolate" {
+            let t = datafusion::logical_expr::ExprSchemable::get_type(&value, input.schema())?;
+            if !t.is_numeric() && !t.is_null() {
+                return Err(Error::sql(
+                    "42883",
+                    format!("function interpolate({t}) does not exist: it interpolates numbers"),
+                )
+                .into());
+            }
+        }
         inner.push(value.alias(format!("__gapfill_{i}")));
         let seed = |e: Option<Expr>| e.map(|e| seed_of(e, input.schema(), &keys)).transpose();
         let (kind, prev, next) = if name == "locf" {
