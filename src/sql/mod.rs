@@ -325,6 +325,9 @@ impl VisitorMut for Normalize {
     }
 
     fn post_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
+        if let ast::SetExpr::Values(v) = q.body.as_mut() {
+            typed_values(v);
+        }
         pg_catalog::rewrite::prune_empty(q);
         pg_catalog::rewrite::in_subquery_outside_filter(q);
         pg_catalog::rewrite::sort_by_subquery(q);
@@ -690,6 +693,37 @@ fn keep_rewritten_names(q: &mut ast::Query) {
 
 /// Puts named arguments in their positions (`names` is the parameter order),
 /// filling gaps with NULL; DataFusion's table functions take positional ones only.
+/// A `VALUES` column with a typed value in some row (`timestamptz '…'`, `x::date`)
+/// and quoted literals in others: PostgreSQL resolves the literals (type unknown) to
+/// that type; DataFusion took them for text and refused the list ("Inconsistent data
+/// type across values list").
+fn typed_values(v: &mut ast::Values) {
+    let width = v.rows.first().map_or(0, |r| r.len());
+    for j in 0..width {
+        let typed = v.rows.iter().find_map(|r| match r.get(j) {
+            Some(ast::Expr::TypedString(ts)) => Some(ts.data_type.clone()),
+            Some(ast::Expr::Cast { data_type, .. }) => Some(data_type.clone()),
+            _ => None,
+        });
+        let Some(data_type) = typed else { continue };
+        for r in v.rows.iter_mut() {
+            if let Some(e) = r.get_mut(j)
+                && let ast::Expr::Value(val) = e
+                && matches!(val.value, ast::Value::SingleQuotedString(_))
+            {
+                let lit = std::mem::replace(e, ast::Expr::value(ast::Value::Null));
+                *e = ast::Expr::Cast {
+                    kind: ast::CastKind::DoubleColon,
+                    expr: Box::new(lit),
+                    data_type: data_type.clone(),
+                    array: false,
+                    format: None,
+                };
+            }
+        }
+    }
+}
+
 fn positional(args: &mut Vec<ast::FunctionArg>, names: &[&str]) {
     let mut out: Vec<Option<ast::Expr>> = vec![];
     for a in args.iter() {
