@@ -310,6 +310,7 @@ fn generate(rng: &mut XorShift) -> Query {
                     "rank() OVER (ORDER BY reqs)",
                     "dense_rank() OVER (PARTITION BY dev ORDER BY reqs)",
                     "count(*) OVER (PARTITION BY dev)",
+                    "ntile(4) OVER (PARTITION BY dev ORDER BY time)",
                     "avg(reqs) OVER (PARTITION BY dev)",
                 ],
             );

@@ -232,6 +232,11 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
             round.as_ref().clone(),
         )));
     }
+    if let Ok(ntile) = datafusion::execution::FunctionRegistry::udwf(ctx, "ntile") {
+        ctx.register_udwf(datafusion::logical_expr::WindowUDF::new_from_impl(
+            pgfuncs::Int4Window(ntile.inner().clone()),
+        ));
+    }
     pgfuncs::register(ctx);
     limits::register(ctx);
     ctx.register_udtf(

@@ -994,3 +994,111 @@ mod tests {
         );
     }
 }
+
+/// A window function whose result PostgreSQL types `integer` where DataFusion's is
+/// unsigned 64-bit (`ntile`): the same function, its values as int4.
+#[derive(Debug)]
+pub struct Int4Window(pub Arc<dyn datafusion::logical_expr::WindowUDFImpl>);
+
+impl PartialEq for Int4Window {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name() == other.0.name()
+    }
+}
+
+impl Eq for Int4Window {}
+
+impl std::hash::Hash for Int4Window {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.name().hash(state);
+    }
+}
+
+impl datafusion::logical_expr::WindowUDFImpl for Int4Window {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn signature(&self) -> &Signature {
+        self.0.signature()
+    }
+    fn expressions(
+        &self,
+        args: datafusion::logical_expr::function::ExpressionArgs,
+    ) -> Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
+        self.0.expressions(args)
+    }
+    fn partition_evaluator(
+        &self,
+        args: datafusion::logical_expr::function::PartitionEvaluatorArgs,
+    ) -> Result<Box<dyn datafusion::logical_expr::PartitionEvaluator>> {
+        Ok(Box::new(Int4Eval(self.0.partition_evaluator(args)?)))
+    }
+    fn field(
+        &self,
+        args: datafusion::logical_expr::function::WindowUDFFieldArgs,
+    ) -> Result<FieldRef> {
+        let f = self.0.field(args)?;
+        Ok(Arc::new(f.as_ref().clone().with_data_type(DataType::Int32)))
+    }
+    fn sort_options(&self) -> Option<arrow::compute::SortOptions> {
+        self.0.sort_options()
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.0.coerce_types(arg_types)
+    }
+    fn reverse_expr(&self) -> datafusion::logical_expr::ReversedUDWF {
+        self.0.reverse_expr()
+    }
+}
+
+/// [`Int4Window`]'s evaluator: the inner one's values cast to int4.
+#[derive(Debug)]
+struct Int4Eval(Box<dyn datafusion::logical_expr::PartitionEvaluator>);
+
+fn int4(a: ArrayRef) -> Result<ArrayRef> {
+    Ok(arrow::compute::cast(&a, &DataType::Int32)?)
+}
+
+impl datafusion::logical_expr::PartitionEvaluator for Int4Eval {
+    fn memoize(
+        &mut self,
+        state: &mut datafusion::logical_expr::window_state::WindowAggState,
+    ) -> Result<()> {
+        self.0.memoize(state)
+    }
+    fn get_range(&self, idx: usize, n_rows: usize) -> Result<std::ops::Range<usize>> {
+        self.0.get_range(idx, n_rows)
+    }
+    fn is_causal(&self) -> bool {
+        self.0.is_causal()
+    }
+    fn evaluate_all(&mut self, values: &[ArrayRef], num_rows: usize) -> Result<ArrayRef> {
+        int4(self.0.evaluate_all(values, num_rows)?)
+    }
+    fn evaluate(
+        &mut self,
+        values: &[ArrayRef],
+        range: &std::ops::Range<usize>,
+    ) -> Result<ScalarValue> {
+        self.0.evaluate(values, range)?.cast_to(&DataType::Int32)
+    }
+    fn evaluate_all_with_rank(
+        &self,
+        num_rows: usize,
+        ranks_in_partition: &[std::ops::Range<usize>],
+    ) -> Result<ArrayRef> {
+        int4(
+            self.0
+                .evaluate_all_with_rank(num_rows, ranks_in_partition)?,
+        )
+    }
+    fn supports_bounded_execution(&self) -> bool {
+        self.0.supports_bounded_execution()
+    }
+    fn uses_window_frame(&self) -> bool {
+        self.0.uses_window_frame()
+    }
+    fn include_rank(&self) -> bool {
+        self.0.include_rank()
+    }
+}
