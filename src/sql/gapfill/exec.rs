@@ -855,36 +855,23 @@ impl Filler {
         if let Some(g) = self.group.take() {
             self.finish_group(g, &empty, &mut plan, &mut out)?;
         } else if !self.seen_rows && self.spec.keys.is_empty() {
-            let nulls = RecordBatch::try_new_with_options(
-                self.schema.clone(),
+            // One all-NULL row stands for the group (it has no keys to read); its
+            // schema is all nullable, the bucket's included.
+            let schema = Arc::new(Schema::new(
                 self.schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone().with_nullable(true))
+                    .collect::<Vec<_>>(),
+            ));
+            let nulls = RecordBatch::try_new(
+                schema.clone(),
+                schema
                     .fields()
                     .iter()
                     .map(|f| new_null_array(f.data_type(), 1))
                     .collect(),
-                &RecordBatchOptions::new().with_row_count(Some(1)),
-            );
-            // Non-nullable fields: the keys of an absent group are never read.
-            let nulls = match nulls {
-                Ok(b) => b,
-                Err(_) => {
-                    let schema = Arc::new(Schema::new(
-                        self.schema
-                            .fields()
-                            .iter()
-                            .map(|f| f.as_ref().clone().with_nullable(true))
-                            .collect::<Vec<_>>(),
-                    ));
-                    RecordBatch::try_new(
-                        schema.clone(),
-                        schema
-                            .fields()
-                            .iter()
-                            .map(|f| new_null_array(f.data_type(), 1))
-                            .collect(),
-                    )?
-                }
-            };
+            )?;
             let rows = self.key_rows(&nulls)?;
             let mut g = self.start_group(&nulls, 0, rows.row(0).owned()).await?;
             g.rep = Some(nulls);
@@ -1020,7 +1007,7 @@ impl Filler {
         plan: &mut Plan,
         out: &mut Output,
     ) -> DfResult<()> {
-        let key = match (g.last_row, &g.rep) {
+        let mut key = match (g.last_row, &g.rep) {
             (Some(r), _) => (0, r),
             (None, Some(rep)) => {
                 plan.reps.push(rep.clone());
@@ -1028,7 +1015,6 @@ impl Filler {
             }
             (None, None) => (0, 0),
         };
-        let mut key = key;
         while let Some(c) = g.cursor {
             let cu = self.range.to_utc(c)?;
             if cu >= self.range.finish {
