@@ -173,6 +173,257 @@ pub fn complete_seconds(s: &mut String) {
     *s = out;
 }
 
+/// PostgreSQL's interval input (`interval_in`, IntervalStyle postgres): amounts
+/// with units (`1.5 days`, `3h`), clock times (`01:02:03.5`, `01:02`, `1:02.5` as
+/// minutes and seconds), a number before a clock time as days (`1 01:00`), a bare
+/// last number as seconds, SQL's `Y-M`, `@` and `ago`, and ISO 8601's
+/// `P1Y2M3DT4H5M6S`. Fractions carry down as PostgreSQL's do: years to whole
+/// months, months to 30 days, weeks to 7 days, days to 24 hours.
+pub fn parse_pg_interval(s: &str) -> Result<Interval, String> {
+    let bad = || format!("invalid input syntax for type interval: \"{s}\"");
+    let text = s.trim();
+    let mut acc = Parts::default();
+    if let Some(iso) = text.strip_prefix('P') {
+        iso_interval(iso, &mut acc).ok_or_else(bad)?;
+        return acc
+            .finish(false)
+            .ok_or_else(|| "interval out of range".into());
+    }
+    let mut tokens: Vec<String> = Vec::new();
+    let text = match text.strip_prefix('@') {
+        Some(rest) => {
+            tokens.push("@".into());
+            rest
+        }
+        None => text,
+    };
+    for word in text.split_whitespace() {
+        // A number and its unit may be glued ("15min", "1day"); a clock time and
+        // "Y-M" stay whole.
+        let cut = word
+            .char_indices()
+            .skip(1)
+            .find(|(_, c)| c.is_ascii_alphabetic())
+            .map(|(i, _)| i)
+            .filter(|_| word.starts_with(|c: char| c.is_ascii_digit() || "+-.".contains(c)));
+        match cut {
+            Some(i) => {
+                tokens.push(word[..i].to_string());
+                tokens.push(word[i..].to_string());
+            }
+            None => tokens.push(word.to_string()),
+        }
+    }
+    let mut ago = false;
+    let mut i = 0;
+    let mut any = false;
+    while i < tokens.len() {
+        let tok = tokens[i].as_str();
+        i += 1;
+        if tok == "@" && i == 1 {
+            continue;
+        }
+        if tok.eq_ignore_ascii_case("ago") {
+            ago = true;
+            continue;
+        }
+        any = true;
+        if tok.contains(':') {
+            acc.micros += clock_micros(tok).ok_or_else(bad)?;
+            continue;
+        }
+        if let Some(months) = year_month(tok) {
+            acc.months += months;
+            continue;
+        }
+        let n: f64 = tok.parse().map_err(|_| bad())?;
+        if !n.is_finite() {
+            return Err(bad());
+        }
+        match tokens.get(i).map(|t| t.to_ascii_lowercase()) {
+            Some(unit) if unit.starts_with(|c: char| c.is_ascii_alphabetic()) && unit != "ago" => {
+                i += 1;
+                acc.add(n, unit.trim_end_matches(',')).ok_or_else(bad)?;
+            }
+            // "1 01:00": days before a clock time.
+            Some(next) if next.contains(':') => acc.add(n, "day").ok_or_else(bad)?,
+            // A bare number last is seconds.
+            None => acc.add(n, "second").ok_or_else(bad)?,
+            Some(next) if next == "ago" => acc.add(n, "second").ok_or_else(bad)?,
+            Some(_) => return Err(bad()),
+        }
+    }
+    if !any {
+        return Err(bad());
+    }
+    acc.finish(ago)
+        .ok_or_else(|| "interval out of range".into())
+}
+
+/// An interval being summed, wider than [`Interval`] until it is checked.
+#[derive(Default)]
+struct Parts {
+    months: i64,
+    days: i64,
+    micros: i64,
+}
+
+impl Parts {
+    /// Adds `n` of `unit`, fractions carried down as PostgreSQL's DecodeInterval does.
+    fn add(&mut self, n: f64, unit: &str) -> Option<()> {
+        let whole = n.trunc();
+        let frac = n - whole;
+        let micros = |x: f64| -> Option<i64> {
+            let v = x.round_ties_even();
+            (v.abs() < 9.2e18).then_some(v as i64)
+        };
+        // Whole days and the rest in microseconds, of `days` days.
+        let fraction_days = |p: &mut Parts, days: f64| -> Option<()> {
+            let d = days.trunc();
+            p.days = p.days.checked_add(d as i64)?;
+            p.micros = p.micros.checked_add(micros((days - d) * 86_400e6)?)?;
+            Some(())
+        };
+        let in_months = |p: &mut Parts, per: f64| -> Option<()> {
+            let m = whole * per + (frac * per).round_ties_even();
+            if m.abs() > 1e12 {
+                return None;
+            }
+            p.months = p.months.checked_add(m as i64)?;
+            Some(())
+        };
+        let per_micro =
+            match unit {
+                "us" | "usec" | "usecs" | "usecond" | "useconds" | "microsecond"
+                | "microseconds" => 1.0,
+                "ms" | "msec" | "msecs" | "msecond" | "mseconds" | "millisecond"
+                | "milliseconds" => 1e3,
+                "s" | "sec" | "secs" | "second" | "seconds" => 1e6,
+                "m" | "min" | "mins" | "minute" | "minutes" => 60e6,
+                "h" | "hr" | "hrs" | "hour" | "hours" => 3600e6,
+                "d" | "day" | "days" => {
+                    if whole.abs() > 1e12 {
+                        return None;
+                    }
+                    self.days = self.days.checked_add(whole as i64)?;
+                    return fraction_days(self, frac);
+                }
+                "w" | "week" | "weeks" => {
+                    if whole.abs() > 1e12 {
+                        return None;
+                    }
+                    self.days = self.days.checked_add(whole as i64 * 7)?;
+                    return fraction_days(self, frac * 7.0);
+                }
+                "mon" | "mons" | "month" | "months" => {
+                    if whole.abs() > 1e12 {
+                        return None;
+                    }
+                    self.months = self.months.checked_add(whole as i64)?;
+                    return fraction_days(self, frac * 30.0);
+                }
+                "y" | "yr" | "yrs" | "year" | "years" => return in_months(self, 12.0),
+                "dec" | "decs" | "decade" | "decades" => return in_months(self, 120.0),
+                "c" | "cent" | "century" | "centuries" => return in_months(self, 1200.0),
+                "mil" | "mils" | "millennium" | "millennia" => return in_months(self, 12_000.0),
+                _ => return None,
+            };
+        self.micros = self.micros.checked_add(micros(n * per_micro)?)?;
+        Some(())
+    }
+
+    /// The interval, negated for `ago`; `None` when a part does not fit.
+    fn finish(self, ago: bool) -> Option<Interval> {
+        let sign = if ago { -1 } else { 1 };
+        Some(Interval {
+            months: i32::try_from(self.months * sign).ok()?,
+            days: i32::try_from(self.days * sign).ok()?,
+            micros: self.micros.checked_mul(sign)?,
+        })
+    }
+}
+
+/// `[-]h:mm[:ss[.f]]`, or `[-]mm:ss.f`, in microseconds.
+fn clock_micros(tok: &str) -> Option<i64> {
+    let (negative, body) = match tok.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, tok.strip_prefix('+').unwrap_or(tok)),
+    };
+    let parts: Vec<&str> = body.split(':').collect();
+    let int = |p: &str| -> Option<i64> {
+        (!p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| p.parse().ok())
+            .flatten()
+    };
+    let secs = |p: &str| -> Option<f64> {
+        (!p.is_empty() && p.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+            .then(|| p.parse().ok())
+            .flatten()
+    };
+    let (h, m, s) = match parts.as_slice() {
+        [m, s] if s.contains('.') => (0, int(m)?, secs(s)?),
+        [h, m] => (int(h)?, int(m)?, 0.0),
+        [h, m, s] => (int(h)?, int(m)?, secs(s)?),
+        _ => return None,
+    };
+    if m > 59 || s >= 60.0 {
+        return None;
+    }
+    let micros = h
+        .checked_mul(3_600_000_000)?
+        .checked_add(m * 60_000_000)?
+        .checked_add((s * 1e6).round_ties_even() as i64)?;
+    Some(if negative { -micros } else { micros })
+}
+
+/// SQL's `[-]years-months` in months.
+fn year_month(tok: &str) -> Option<i64> {
+    let (negative, body) = match tok.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, tok.strip_prefix('+').unwrap_or(tok)),
+    };
+    let (y, m) = body.split_once('-')?;
+    let all_digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(y) || !all_digits(m) {
+        return None;
+    }
+    let months = y.parse::<i64>().ok()?.checked_mul(12)? + m.parse::<i64>().ok()?;
+    Some(if negative { -months } else { months })
+}
+
+/// ISO 8601's `P…` with unit designators (the text after `P`).
+fn iso_interval(text: &str, acc: &mut Parts) -> Option<()> {
+    let mut time = false;
+    let mut rest = text;
+    let mut any = false;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('T') {
+            if time {
+                return None;
+            }
+            time = true;
+            rest = r;
+            continue;
+        }
+        let end = rest.find(|c: char| c.is_ascii_alphabetic())?;
+        let n: f64 = rest[..end].parse().ok()?;
+        let unit = match (&rest[end..end + 1], time) {
+            ("Y", false) => "year",
+            ("M", false) => "month",
+            ("W", false) => "week",
+            ("D", false) => "day",
+            ("H", true) => "hour",
+            ("M", true) => "minute",
+            ("S", true) => "second",
+            _ => return None,
+        };
+        acc.add(n, unit)?;
+        any = true;
+        rest = &rest[end + 1..];
+    }
+    any.then_some(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,5 +467,52 @@ mod tests {
             parse_interval_micros("86400000000").unwrap(),
             86_400_000_000
         );
+    }
+    #[test]
+    fn pg_interval_input() {
+        let iv = |months, days, micros| Interval {
+            months,
+            days,
+            micros,
+        };
+        let h = 3_600_000_000i64;
+        for (text, want) in [
+            ("1 day 01:00", iv(0, 1, h)),
+            ("1 mon 1 day 01:00", iv(1, 1, h)),
+            ("01:00", iv(0, 0, h)),
+            ("-1 day -02:00", iv(0, -1, -2 * h)),
+            (
+                "1 year 2 mons 3 days 04:05:06.7",
+                iv(14, 3, 4 * h + 306_700_000),
+            ),
+            ("@ 1 hour ago", iv(0, 0, -h)),
+            ("P1DT2H", iv(0, 1, 2 * h)),
+            ("P1Y2M3W", iv(14, 21, 0)),
+            ("1.5 months", iv(1, 15, 0)),
+            ("1.5 days", iv(0, 1, 12 * h)),
+            ("1.5 years", iv(18, 0, 0)),
+            ("1 01:00:00", iv(0, 1, h)),
+            ("5", iv(0, 0, 5_000_000)),
+            ("15min", iv(0, 0, h / 4)),
+            ("1-2", iv(14, 0, 0)),
+            ("01:02.5", iv(0, 0, 62_500_000)),
+            ("2 weeks", iv(0, 14, 0)),
+        ] {
+            assert_eq!(parse_pg_interval(text), Ok(want), "{text}");
+        }
+        assert_eq!(parse_pg_interval("1 day 2"), Ok(iv(0, 1, 2_000_000)));
+        assert_eq!(
+            parse_pg_interval("1 hour ago 2"),
+            Ok(iv(0, 0, -h - 2_000_000))
+        );
+        assert_eq!(parse_pg_interval("@1 hour"), Ok(iv(0, 0, h)));
+        assert_eq!(
+            parse_pg_interval("1-2 3 4:05:06"),
+            Ok(iv(14, 3, 4 * h + 306_000_000))
+        );
+        assert_eq!(parse_pg_interval("1 week 1.5 months"), Ok(iv(1, 22, 0)));
+        for bad in ["", "1 fortnight", "1 2", "ago", "01:99", "1:60", "P", "@"] {
+            assert!(parse_pg_interval(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -394,6 +394,7 @@ impl VisitorMut for Normalize {
                 positional(&mut list.args, names);
             }
         }
+        pg_interval_text(expr);
         if let ast::Expr::Value(v) = expr
             && let ast::Value::Number(n, _) = &v.value
             && n.contains(['e', 'E'])
@@ -2000,6 +2001,44 @@ fn is_native(stmt: &Statement) -> bool {
         || copy::handles(stmt)
         || roles::handles(stmt)
         || access::handles(stmt)
+}
+
+/// Interval text in PostgreSQL's forms Arrow's parser lacks (`'1 day 01:00'`,
+/// `'@ 1 hour ago'`, `'P1DT2H'`, `'1.5 years'`) in `INTERVAL '…'`, `'…'::interval`
+/// and `CAST('…' AS interval)`: rewritten as months, days and microseconds when
+/// Arrow would refuse it or read it otherwise. Text PostgreSQL would refuse is
+/// left for DataFusion to refuse.
+fn pg_interval_text(expr: &mut ast::Expr) {
+    let value = match expr {
+        ast::Expr::Interval(iv)
+            if iv.leading_field.is_none()
+                && iv.last_field.is_none()
+                && iv.fractional_seconds_precision.is_none() =>
+        {
+            iv.value.as_mut()
+        }
+        ast::Expr::Cast {
+            expr: inner,
+            data_type: ast::DataType::Interval { fields: None, .. },
+            ..
+        } => inner.as_mut(),
+        _ => return,
+    };
+    if let ast::Expr::Value(v) = value
+        && let ast::Value::SingleQuotedString(text) = &mut v.value
+        && let Ok(iv) = crate::interval::parse_pg_interval(text)
+    {
+        // Text Arrow reads as PostgreSQL does stays as written (functions that
+        // keep an argument's text, such as policy configs, show it).
+        let same = arrow::compute::kernels::cast_utils::parse_interval_month_day_nano(text)
+            .is_ok_and(|a| {
+                (a.months, a.days, a.nanoseconds)
+                    == (iv.months, iv.days, iv.micros.saturating_mul(1000))
+            });
+        if !same {
+            *text = format!("{} mons {} days {} us", iv.months, iv.days, iv.micros);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod format;
 pub mod histogram;
+pub mod interval_avg;
 pub mod limits;
 pub mod numeric;
 pub mod ordered_set;
@@ -238,6 +239,7 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
         ));
     }
     pgfuncs::register(ctx);
+    interval_avg::register(ctx);
     limits::register(ctx);
     ctx.register_udtf(
         "generate_series",

@@ -43,15 +43,33 @@ fn scale_interval(
     factor: f64,
     divide: bool,
 ) -> Result<IntervalMonthDayNano> {
+    scale_parts(
+        span.months,
+        span.days,
+        span.nanoseconds / 1000,
+        factor,
+        divide,
+    )
+}
+
+/// [`scale_interval`] of an interval given as months, days and microseconds (a sum
+/// of intervals whose nanoseconds may not fit 64 bits).
+pub(super) fn scale_parts(
+    span_months: i32,
+    span_days: i32,
+    span_micros: i64,
+    factor: f64,
+    divide: bool,
+) -> Result<IntervalMonthDayNano> {
     if divide && factor == 0.0 {
         return Err(sql_error("22012", "division by zero"));
     }
     let apply = |x: f64| if divide { x / factor } else { x * factor };
-    let months = apply(span.months as f64);
+    let months = apply(f64::from(span_months));
     if !months.is_finite() || months.abs() >= i32::MAX as f64 {
         return Err(out_of_range());
     }
-    let days = apply(span.days as f64);
+    let days = apply(f64::from(span_days));
     if !days.is_finite() || days.abs() >= i32::MAX as f64 {
         return Err(out_of_range());
     }
@@ -65,7 +83,7 @@ fn scale_interval(
         sec_rem -= whole * 86_400.0;
     }
     day += month_rem_days.trunc() as i64;
-    let micros = (apply((span.nanoseconds / 1000) as f64) + sec_rem * 1e6).round_ties_even();
+    let micros = (apply(span_micros as f64) + sec_rem * 1e6).round_ties_even();
     if !micros.is_finite() || micros.abs() >= i64::MAX as f64 / 1000.0 {
         return Err(out_of_range());
     }

@@ -454,7 +454,10 @@ impl ExecutionPlan for GapFillExec {
 
 /// The buckets: first bucket start and step, in the zone's wall clock if any.
 struct Range {
+    /// Months, days and nanoseconds; with `integer`, the width in the time's units.
     width: (i32, i32, i64),
+    /// Integer time (`time_bucket_gapfill(10, t)`): buckets and bounds are numbers.
+    integer: bool,
     start: i64,
     finish: i64,
     zone: Option<chrono_tz::Tz>,
@@ -473,6 +476,21 @@ fn scalar(e: &Arc<dyn PhysicalExpr>) -> DfResult<ScalarValue> {
     match v {
         datafusion::logical_expr::ColumnarValue::Scalar(s) => Ok(s),
         datafusion::logical_expr::ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0),
+    }
+}
+
+/// An integer argument (integer time) as a number.
+fn int_bound(v: ScalarValue, what: &str) -> DfResult<i64> {
+    if v.is_null() {
+        return Err(Error::sql(
+            "22004",
+            format!("invalid time_bucket_gapfill argument: {what} cannot be NULL"),
+        )
+        .into());
+    }
+    match v.cast_to(&DataType::Int64) {
+        Ok(ScalarValue::Int64(Some(n))) => Ok(n),
+        _ => Err(Error::sql("22023", format!("invalid time_bucket_gapfill {what}: {v}")).into()),
     }
 }
 
@@ -506,7 +524,21 @@ fn micros(v: ScalarValue, what: &str) -> DfResult<i64> {
 
 impl Range {
     fn evaluate(spec: &Spec) -> DfResult<Range> {
-        let width = match scalar(&spec.width)? {
+        let width = scalar(&spec.width)?;
+        if width.data_type().is_integer() {
+            let w = int_bound(width, "width")?;
+            if w <= 0 {
+                return Err(Error::sql("22023", "period must be greater than 0").into());
+            }
+            return Ok(Range {
+                width: (0, 0, w),
+                integer: true,
+                start: int_bound(scalar(&spec.start)?, "start")?,
+                finish: int_bound(scalar(&spec.finish)?, "finish")?,
+                zone: None,
+            });
+        }
+        let width = match width {
             ScalarValue::IntervalMonthDayNano(Some(v)) => (v.months, v.days, v.nanoseconds),
             _ => {
                 return Err(Error::sql(
@@ -521,6 +553,7 @@ impl Range {
         }
         Ok(Range {
             width,
+            integer: false,
             start: micros(scalar(&spec.start)?, "start")?,
             finish: micros(scalar(&spec.finish)?, "finish")?,
             zone: spec.zone,
@@ -536,6 +569,13 @@ impl Range {
 
     /// The first bucket (local time).
     fn first(&self) -> DfResult<i64> {
+        if self.integer {
+            // TimescaleDB's integer time_bucket: floor to a multiple of the width.
+            let w = self.width.2;
+            return self.start.div_euclid(w).checked_mul(w).ok_or_else(|| {
+                Error::sql("22003", "time_bucket_gapfill: start out of range").into()
+            });
+        }
         let local = match &self.zone {
             Some(tz) => to_local(tz, self.start)?,
             None => self.start,
@@ -546,6 +586,10 @@ impl Range {
 
     /// The bucket after `b` (local time).
     fn next(&self, b: i64) -> DfResult<i64> {
+        if self.integer {
+            // Past the largest value: no more buckets fit before any finish.
+            return Ok(b.checked_add(self.width.2).unwrap_or(i64::MAX));
+        }
         let (m, d, n) = self.width;
         let out_of_range = || DataFusionError::from(Error::sql("22008", "timestamp out of range"));
         let next = if m != 0 {
@@ -1058,7 +1102,10 @@ impl Filler {
             } else {
                 new_null_array(dt, 1)
             };
-            let col: ArrayRef = if c == self.spec.bucket {
+            let col: ArrayRef = if c == self.spec.bucket && dt.is_integer() {
+                let arr = arrow::array::Int64Array::from(plan.times.clone());
+                arrow::compute::cast(&arr, dt)?
+            } else if c == self.spec.bucket {
                 let arr = TimestampMicrosecondArray::from(plan.times.clone());
                 match dt {
                     DataType::Timestamp(TimeUnit::Microsecond, tz) => {
@@ -1173,8 +1220,15 @@ fn from_floats(v: &[Option<f64>], dt: &DataType) -> DfResult<ArrayRef> {
     Ok(arrow::compute::cast(&arr, dt)?)
 }
 
-/// Bucket column values as µs since the epoch.
+/// Bucket column values as µs since the epoch (integer time: the numbers).
 fn bucket_times(col: &ArrayRef) -> DfResult<Vec<Option<i64>>> {
+    if col.data_type().is_integer() {
+        let a = arrow::compute::cast(col, &DataType::Int64)?;
+        return Ok(a
+            .as_primitive::<arrow::datatypes::Int64Type>()
+            .iter()
+            .collect());
+    }
     let a = match col.data_type() {
         DataType::Timestamp(TimeUnit::Microsecond, _) => col.clone(),
         _ => arrow::compute::cast(col, &DataType::Timestamp(TimeUnit::Microsecond, None))?,

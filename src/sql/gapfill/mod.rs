@@ -68,6 +68,30 @@ impl ScalarUDFImpl for Marker {
                 if !(2..=5).contains(&args.len()) {
                     return no_such(self.name, args);
                 }
+                // Integer time: width, time and bounds take the time's type.
+                if args[1].is_integer() {
+                    let t = match &args[1] {
+                        DataType::Int8 | DataType::UInt8 => DataType::Int16,
+                        DataType::UInt16 => DataType::Int32,
+                        DataType::UInt32 | DataType::UInt64 => DataType::Int64,
+                        t => t.clone(),
+                    };
+                    if args.len() > 4
+                        || args.iter().any(|a| !a.is_integer() && *a != DataType::Null)
+                    {
+                        return no_such(self.name, args);
+                    }
+                    return Ok(args
+                        .iter()
+                        .map(|a| {
+                            if a.is_null() {
+                                DataType::Null
+                            } else {
+                                t.clone()
+                            }
+                        })
+                        .collect());
+                }
                 let width = match &args[0] {
                     DataType::Interval(_) => DataType::Interval(IntervalUnit::MonthDayNano),
                     t if is_text(t) => DataType::Interval(IntervalUnit::MonthDayNano),
