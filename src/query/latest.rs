@@ -161,7 +161,7 @@ fn aggregate_target(a: &Aggregate) -> Option<Target<'_>> {
     })
 }
 
-/// `Filter(rn <= n)` over a `Window` computing only `rn = row_number() OVER
+/// `Filter(rn <= n [AND …])` over a `Window` computing only `rn = row_number() OVER
 /// (PARTITION BY keys ORDER BY time DESC)`.
 fn window_target(f: &Filter) -> Option<Target<'_>> {
     let LogicalPlan::Window(w) = f.input.as_ref() else {
@@ -191,7 +191,12 @@ fn window_target(f: &Filter) -> Option<Target<'_>> {
         .collect::<Option<_>>()?;
     let time = time_order(&params.order_by, &keys, false)?;
     let rn = w.schema.fields().last()?.name().clone();
-    let n = rank_bound(&f.predicate, &rn)?;
+    // Other conjuncts (`rn <= 1 AND fuel_state < 0.1`, an outer filter pushed down
+    // to the window) only see the rows the bound keeps.
+    let n = datafusion::logical_expr::utils::split_conjunction(&f.predicate)
+        .into_iter()
+        .filter_map(|c| rank_bound(c, &rn))
+        .min()?;
     (n <= MAX_N).then_some(Target {
         input: w.input.as_ref(),
         keys,
@@ -200,7 +205,7 @@ fn window_target(f: &Filter) -> Option<Target<'_>> {
     })
 }
 
-/// `n` when `pred` is `rn <= n` or `rn < n + 1` (or the same mirrored).
+/// `n` when `pred` is `rn <= n`, `rn < n + 1` or `rn = n` (or the same mirrored).
 fn rank_bound(pred: &Expr, rn: &str) -> Option<usize> {
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = pred else {
         return None;
@@ -217,7 +222,7 @@ fn rank_bound(pred: &Expr, rn: &str) -> Option<usize> {
         return None;
     };
     let n = match op {
-        Operator::LtEq => v,
+        Operator::LtEq | Operator::Eq => v,
         Operator::Lt => v - 1,
         _ => return None,
     };

@@ -147,6 +147,10 @@ async fn newest_rows_path_gives_the_full_scans_answer() {
         "SELECT time, hostname, usage, idle FROM cpu ORDER BY time DESC, hostname LIMIT 4",
         "SELECT hostname, time, idle FROM (SELECT hostname, time, idle, row_number() OVER (PARTITION BY hostname ORDER BY time DESC) AS rn FROM cpu) s WHERE rn <= 2 ORDER BY hostname, time DESC",
         "SELECT h.name, l.time, l.usage FROM (VALUES ('h1'), ('h2'), ('h9')) AS h(name) LEFT JOIN LATERAL (SELECT time, usage FROM cpu c WHERE c.hostname = h.name ORDER BY time DESC LIMIT 2) l ON true ORDER BY 1, 2 DESC",
+        // TSBS's low-fuel shape: a tags table, INNER JOIN LATERAL, and a filter on
+        // the newest row's field outside it.
+        "SELECT t.name, t.fleet, l.usage FROM (VALUES ('h1', 'x'), ('h2', 'y'), ('h4', 'x'), ('h3', 'x'), ('h9', 'x')) AS t(name, fleet) INNER JOIN LATERAL (SELECT usage FROM cpu c WHERE c.hostname = t.name ORDER BY time DESC LIMIT 1) l ON true WHERE t.name IS NOT NULL AND l.usage > 5 AND t.fleet = 'x' ORDER BY 1",
+        "SELECT hostname, time FROM (SELECT hostname, time, row_number() OVER (PARTITION BY hostname ORDER BY time DESC) AS rn FROM cpu) s WHERE rn = 1 AND time > '2024-01-01 00:00:15+00' ORDER BY hostname",
     ];
     // Sundial-only spelling (TimescaleDB's last()).
     let last = "SELECT hostname, last(usage, time), last(idle, time), max(time) FROM cpu GROUP BY hostname ORDER BY hostname";
