@@ -23,7 +23,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::expr::{AggregateFunction, WindowFunction};
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
-    Aggregate, BinaryExpr, Expr, Filter, LogicalPlan, Operator, Sort, SortExpr,
+    Aggregate, BinaryExpr, Expr, Filter, LogicalPlan, Operator, Projection, Sort, SortExpr,
     WindowFunctionDefinition,
 };
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
@@ -164,7 +164,18 @@ fn aggregate_target(a: &Aggregate) -> Option<Target<'_>> {
 /// `Filter(rn <= n [AND …])` over a `Window` computing only `rn = row_number() OVER
 /// (PARTITION BY keys ORDER BY time DESC)`.
 fn window_target(f: &Filter) -> Option<Target<'_>> {
-    let LogicalPlan::Window(w) = f.input.as_ref() else {
+    // Projections that only pass columns on may sit between the filter and the
+    // window (LATERAL's rewrite keeps one).
+    let mut below = f.input.as_ref();
+    let mut renames: Vec<&Projection> = vec![];
+    while let LogicalPlan::Projection(p) = below {
+        if !p.expr.iter().all(|e| passed_column(e).is_some()) {
+            return None;
+        }
+        renames.push(p);
+        below = p.input.as_ref();
+    }
+    let LogicalPlan::Window(w) = below else {
         return None;
     };
     let [e] = w.window_expr.as_slice() else {
@@ -190,7 +201,13 @@ fn window_target(f: &Filter) -> Option<Target<'_>> {
         .map(column_name)
         .collect::<Option<_>>()?;
     let time = time_order(&params.order_by, &keys, false)?;
-    let rn = w.schema.fields().last()?.name().clone();
+    let mut rn = w.schema.fields().last()?.name().clone();
+    for p in renames.iter().rev() {
+        rn = p.expr.iter().find_map(|e| {
+            let (name, from) = passed_column(e)?;
+            (from == rn).then_some(name)
+        })?;
+    }
     // Other conjuncts (`rn <= 1 AND fuel_state < 0.1`, an outer filter pushed down
     // to the window) only see the rows the bound keeps.
     let n = datafusion::logical_expr::utils::split_conjunction(&f.predicate)
@@ -203,6 +220,18 @@ fn window_target(f: &Filter) -> Option<Target<'_>> {
         time,
         n,
     })
+}
+
+/// A projection expression that is a column, maybe renamed: (output name, column).
+fn passed_column(e: &Expr) -> Option<(String, String)> {
+    match e {
+        Expr::Column(c) => Some((c.name.clone(), c.name.clone())),
+        Expr::Alias(a) => match a.expr.as_ref() {
+            Expr::Column(c) => Some((a.name.clone(), c.name.clone())),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// `n` when `pred` is `rn <= n`, `rn < n + 1` or `rn = n` (or the same mirrored).
