@@ -38,7 +38,9 @@ use pgwire::api::{
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
-use pgwire::messages::extendedquery::{Describe, Execute, Sync as PgSync};
+use pgwire::messages::extendedquery::{
+    Bind, BindComplete, Describe, Execute, Parse, ParseComplete, Sync as PgSync,
+};
 use pgwire::messages::response::{ReadyForQuery, TransactionStatus};
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::ParameterStatus;
@@ -1121,6 +1123,74 @@ impl ExtendedQueryHandler for Handler {
         }
     }
 
+    /// pgwire's, but the ParseComplete waits in the buffer for Sync or Flush (one
+    /// write for the whole exchange, as PostgreSQL sends it).
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message
+            .name
+            .clone()
+            .unwrap_or_else(|| pgwire::api::DEFAULT_NAME.to_owned());
+        match pgwire::api::stmt::StoredStatement::parse(client, &message, self.query_parser())
+            .await?
+        {
+            Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
+            None => client.portal_store().put_empty_statement(&name),
+        }
+        client
+            .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
+        Ok(())
+    }
+
+    /// pgwire's, with the BindComplete buffered (see `on_parse`).
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        use pgwire::api::store::Entry;
+        let statement_name = message
+            .statement_name
+            .as_deref()
+            .unwrap_or(pgwire::api::DEFAULT_NAME);
+        let portal_name = message
+            .portal_name
+            .as_deref()
+            .unwrap_or(pgwire::api::DEFAULT_NAME);
+        match client.portal_store().get_statement(statement_name) {
+            Some(Entry::Value(statement)) => {
+                let portal = Portal::try_new(&message, statement)?;
+                client.portal_store().put_portal(Arc::new(portal));
+            }
+            Some(Entry::Empty) => {
+                if !message.parameters.is_empty() {
+                    return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                        "ERROR".to_owned(),
+                        "08P01".to_owned(),
+                        format!(
+                            "bind message supplies {} parameters, but prepared statement {statement_name:?} requires 0",
+                            message.parameters.len(),
+                        ),
+                    ))));
+                }
+                client.portal_store().put_empty_portal(portal_name);
+            }
+            None => return Err(PgWireError::StatementNotFound(statement_name.to_owned())),
+        }
+        client
+            .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
+            .await?;
+        Ok(())
+    }
+
     async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -1137,12 +1207,12 @@ impl ExtendedQueryHandler for Handler {
         {
             let fields = fields_for(&schema, &Format::UnifiedText)?;
             return pgwire::api::query::send_describe_response(
-                client,
+                &mut Buffered(client),
                 &pgwire::api::results::DescribePortalResponse::new(fields),
             )
             .await;
         }
-        let r = self._on_describe(client, message).await;
+        let r = self.describe(client, message).await;
         match conn_of(client) {
             Ok(c) => noted(&c, r),
             Err(_) => r,
@@ -1236,7 +1306,72 @@ impl ExtendedQueryHandler for Handler {
     }
 }
 
+/// A client sink whose flush waits for the next real one (Sync, Flush): pgwire's
+/// describe response `send`s, which would write every message by itself.
+struct Buffered<'a, C>(&'a mut C);
+
+impl<C: Sink<PgWireBackendMessage> + Unpin> Sink<PgWireBackendMessage> for Buffered<'_, C> {
+    type Error = C::Error;
+
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), C::Error>> {
+        Pin::new(&mut *self.0).poll_ready(cx)
+    }
+
+    fn start_send(mut self: Pin<&mut Self>, item: PgWireBackendMessage) -> Result<(), C::Error> {
+        Pin::new(&mut *self.0).start_send(item)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Result<(), C::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), C::Error>> {
+        Pin::new(&mut *self.0).poll_close(cx)
+    }
+}
+
 impl Handler {
+    /// Describe, as pgwire's, with the response buffered until Sync or Flush.
+    async fn describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Stmt>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        use pgwire::api::query::send_describe_response;
+        use pgwire::api::results::{
+            DescribePortalResponse, DescribeResponse, DescribeStatementResponse,
+        };
+        use pgwire::api::store::Entry;
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        match message.target_type {
+            b'S' => match client.portal_store().get_statement(name) {
+                Some(Entry::Value(stmt)) => {
+                    let r = self.do_describe_statement(client, &stmt).await?;
+                    send_describe_response(&mut Buffered(client), &r).await
+                }
+                Some(Entry::Empty) => {
+                    let r = DescribeStatementResponse::no_data();
+                    send_describe_response(&mut Buffered(client), &r).await
+                }
+                None => Err(PgWireError::StatementNotFound(name.to_owned())),
+            },
+            b'P' => match client.portal_store().get_portal(name) {
+                Some(Entry::Value(portal)) => {
+                    let r = self.do_describe_portal(client, &portal).await?;
+                    send_describe_response(&mut Buffered(client), &r).await
+                }
+                Some(Entry::Empty) => {
+                    let r = DescribePortalResponse::no_data();
+                    send_describe_response(&mut Buffered(client), &r).await
+                }
+                None => Err(PgWireError::PortalNotFound(name.to_owned())),
+            },
+            other => Err(PgWireError::InvalidTargetType(other)),
+        }
+    }
+
     /// Execute: runs the portal's statement on its first Execute, then sends up to
     /// `max_rows` rows (all when 0) straight from the result stream, so a large
     /// result is never gathered in memory; a portal with rows left is suspended and
@@ -1353,15 +1488,16 @@ impl Handler {
                     }
                 }
             }
+            // Buffered until Sync or Flush, as PostgreSQL does.
             if suspended {
                 client
-                    .send(PgWireBackendMessage::PortalSuspended(PortalSuspended::new()))
+                    .feed(PgWireBackendMessage::PortalSuspended(PortalSuspended::new()))
                     .await?;
             } else {
                 *run = Run::Finished;
                 let tag = Tag::new(&tag).with_rows(sent);
                 client
-                    .send(PgWireBackendMessage::CommandComplete(tag.into()))
+                    .feed(PgWireBackendMessage::CommandComplete(tag.into()))
                     .await?;
             }
         }
