@@ -5,7 +5,8 @@
 # `bench query --compare-dsn` (times both, checks every answer) and prints its table.
 # Usage: bash benches/tsbs_queries.sh BIN   (BIN: a release `sundial` binary)
 # Environment: SCALE (100), USE_CASE (cpu-only | iot), QUERIES (20), RUNS (3), SEED (1),
-#   TYPES (all), START / END (2016-01-01T00:00:00Z / 2016-01-02T00:00:00Z), WORK (/tmp/bq),
+#   TYPES (all), DIALECT (sundial | timescaledb: iot queries as TSBS writes them for
+#   TimescaleDB, over a tags table; PostgreSQL gets a date_bin time_bucket), START / END (2016-01-01T00:00:00Z / 2016-01-02T00:00:00Z), WORK (/tmp/bq),
 #   SD_PG_PORT (25432), SD_HTTP_PORT (28086), PG_PORT (54331), TOOL (BIN: the binary whose
 #   `bench load` / `bench query` run, so an older server can be measured with today's tool).
 set -euo pipefail
@@ -17,6 +18,7 @@ QUERIES="${QUERIES:-20}"
 RUNS="${RUNS:-3}"
 SEED="${SEED:-1}"
 TYPES="${TYPES:-all}"
+DIALECT="${DIALECT:-sundial}"
 START="${START:-2016-01-01T00:00:00Z}"
 END="${END:-2016-01-02T00:00:00Z}"
 WORK="${WORK:-/tmp/bq}"
@@ -74,7 +76,13 @@ for t in $TABLES; do
     echo "postgres $t rows: $(psql -X -A -t "$PG" -c "SELECT count(*) FROM $t")"
 done
 
+if [ "$DIALECT" = timescaledb ]; then
+    # TSBS's TimescaleDB text calls time_bucket: PostgreSQL's equivalent for the
+    # widths it uses (minutes, hours, 24 hours; TimescaleDB's origin 2000-01-03).
+    psql -X -q "$PG" -c "CREATE FUNCTION time_bucket(interval, timestamptz) RETURNS timestamptz LANGUAGE sql IMMUTABLE AS \$\$ SELECT date_bin(\$1, \$2, TIMESTAMPTZ '2000-01-03 00:00:00+00') \$\$"
+fi
+
 echo "== bench query: --dsn Sundial, --compare-dsn PostgreSQL"
 "$TOOL" bench query --dsn "$SD" --compare-dsn "$PG" --use-case "$USE_CASE" --types "$TYPES" \
-    --queries "$QUERIES" --runs "$RUNS" --seed "$SEED" --scale "$SCALE" \
+    --queries "$QUERIES" --runs "$RUNS" --seed "$SEED" --scale "$SCALE" --dialect "$DIALECT" \
     --timestamp-start "$START" --timestamp-end "$END"

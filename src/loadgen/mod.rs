@@ -26,8 +26,8 @@ use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use tokio::sync::mpsc;
 
 pub use queries::{
-    DEVOPS_TYPES, GenerateError, IOT_TYPES, Query, QueryGenerator, QueryShape, QueryType,
-    query_types, select_types,
+    DEVOPS_TYPES, Dialect, GenerateError, IOT_TAGS_SETUP, IOT_TYPES, Query, QueryGenerator,
+    QueryShape, QueryType, query_types, select_types,
 };
 pub use query_run::{
     Failure, Mismatch, QueryArgs, QueryError, QueryReport, RowDiff, Rows, Side, Timings,

@@ -21,6 +21,32 @@ const FLEETS: [&str; 4] = ["East", "West", "North", "South"];
 const TEN_MINUTES: &str =
     "date_bin(INTERVAL '10 minutes', time, TIMESTAMPTZ '1970-01-01 00:00:00+00')";
 
+/// Which SQL the iot queries are written in.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// Over the line-protocol tables alone (tags are columns): PostgreSQL 15 and
+    /// Sundial run it as written.
+    #[default]
+    Sundial,
+    /// TSBS's TimescaleDB text: trucks from a small `tags` table ([`IOT_TAGS_SETUP`])
+    /// joined to `readings` / `diagnostics` by name (TSBS joins by `tags_id`), with
+    /// `INNER JOIN LATERAL … ORDER BY time DESC LIMIT 1`, `time_bucket` and
+    /// `avg(age(…))`; an ORDER BY is added where TSBS leaves the row order open, so
+    /// answers compare. Needs `time_bucket` on the other server too.
+    Timescaledb,
+}
+
+/// Creates and fills the `tags` table the TimescaleDB dialect reads (one row per
+/// truck), when it is missing or empty.
+pub const IOT_TAGS_SETUP: [&str; 2] = [
+    "CREATE TABLE IF NOT EXISTS tags (name text, fleet text, driver text, model text, \
+     device_version text, load_capacity double precision, fuel_capacity double precision, \
+     nominal_fuel_consumption double precision)",
+    "INSERT INTO tags SELECT name, max(fleet), max(driver), max(model), max(device_version), \
+     max(load_capacity), max(fuel_capacity), max(nominal_fuel_consumption) FROM readings \
+     WHERE name IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tags) GROUP BY name",
+];
+
 /// What one query type asks, with TSBS's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueryShape {
@@ -241,6 +267,7 @@ pub struct QueryGenerator {
     end_us: i64,
     scale: u64,
     seed: u64,
+    dialect: Dialect,
 }
 
 /// FNV-1a, so each type draws from its own stream whatever else is selected.
@@ -282,7 +309,13 @@ impl QueryGenerator {
             end_us,
             scale,
             seed,
+            dialect: Dialect::default(),
         })
+    }
+
+    /// The same generator writing the iot queries in `dialect`.
+    pub fn with_dialect(self, dialect: Dialect) -> Self {
+        QueryGenerator { dialect, ..self }
     }
 
     /// `count` queries of type `ty`.
@@ -337,11 +370,250 @@ impl QueryGenerator {
         picked.into_iter().map(|n| format!("host_{n}")).collect()
     }
 
+    /// TSBS's TimescaleDB text of an iot type (see [`Dialect::Timescaledb`]), drawing
+    /// its parameters in the same order as the Sundial text does.
+    fn timescaledb(
+        &self,
+        ty: &QueryType,
+        rng: &mut SmallRng,
+        clamped: &mut bool,
+    ) -> Option<(String, String, Option<(i64, i64)>)> {
+        let newest = |column: &str, table: &str, fleet: &str, extra: &str| {
+            format!(
+                "SELECT t.name AS name, t.driver AS driver, r.*\n\
+                 FROM tags t INNER JOIN LATERAL\n  \
+                   (SELECT {column}\n   \
+                    FROM {table} r\n   \
+                    WHERE r.name = t.name\n   \
+                    ORDER BY time DESC LIMIT 1) r ON true\n\
+                 WHERE t.name IS NOT NULL{extra}\n\
+                 AND t.fleet = '{fleet}'\n\
+                 ORDER BY 1"
+            )
+        };
+        Some(match ty.shape {
+            QueryShape::LastLoc => {
+                let fleet = Self::fleet(rng);
+                (
+                    format!("TimescaleDB last location per truck, fleet {fleet}"),
+                    newest("longitude, latitude", "readings", fleet, ""),
+                    None,
+                )
+            }
+            QueryShape::LowFuel => {
+                let fleet = Self::fleet(rng);
+                (
+                    format!("TimescaleDB trucks with low fuel, fleet {fleet}"),
+                    newest("fuel_state", "diagnostics", fleet, "\nAND r.fuel_state < 0.1"),
+                    None,
+                )
+            }
+            QueryShape::HighLoad => {
+                let fleet = Self::fleet(rng);
+                let sql = newest(
+                    "current_load",
+                    "diagnostics",
+                    fleet,
+                    "\nAND r.current_load / t.load_capacity > 0.9",
+                )
+                .replace("r.*", "r.*, t.load_capacity");
+                (
+                    format!("TimescaleDB trucks with high load, fleet {fleet}"),
+                    sql,
+                    None,
+                )
+            }
+            QueryShape::StationaryTrucks => {
+                let window = self.window(rng, 10 * MINUTE_US, clamped);
+                let fleet = Self::fleet(rng);
+                let sql = format!(
+                    "SELECT t.name AS name, t.driver AS driver\n\
+                     FROM tags t\n\
+                     INNER JOIN readings r ON r.name = t.name\n\
+                     WHERE time >= '{}' AND time < '{}'\n\
+                     AND t.name IS NOT NULL\n\
+                     AND t.fleet = '{fleet}'\n\
+                     GROUP BY 1, 2\n\
+                     HAVING avg(r.velocity) < 1\n\
+                     ORDER BY 1, 2",
+                    format_time_us(window.0),
+                    format_time_us(window.1),
+                );
+                (
+                    format!("TimescaleDB stationary trucks, fleet {fleet}"),
+                    sql,
+                    Some(window),
+                )
+            }
+            QueryShape::LongDrivingSessions | QueryShape::LongDailySessions => {
+                let (hours, rest) = if ty.shape == QueryShape::LongDrivingSessions {
+                    (4, 5)
+                } else {
+                    (24, 35)
+                };
+                let window = self.window(rng, hours * HOUR_US, clamped);
+                let fleet = Self::fleet(rng);
+                let sql = format!(
+                    "SELECT t.name AS name, t.driver AS driver\n\
+                     FROM tags t\n\
+                     INNER JOIN LATERAL\n  \
+                       (SELECT time_bucket('10 minutes', time) AS ten_minutes, name\n   \
+                        FROM readings\n   \
+                        WHERE time >= '{}' AND time < '{}'\n   \
+                        GROUP BY ten_minutes, name\n   \
+                        HAVING avg(velocity) > 1\n   \
+                        ORDER BY ten_minutes, name) AS r ON t.name = r.name\n\
+                     WHERE t.name IS NOT NULL\n\
+                     AND t.fleet = '{fleet}'\n\
+                     GROUP BY t.name, driver\n\
+                     HAVING count(r.ten_minutes) > {}\n\
+                     ORDER BY 1, 2",
+                    format_time_us(window.0),
+                    format_time_us(window.1),
+                    ten_minute_periods(rest, hours),
+                );
+                (
+                    format!("TimescaleDB trucks with longer sessions ({hours}h), fleet {fleet}"),
+                    sql,
+                    Some(window),
+                )
+            }
+            QueryShape::AvgVsProjectedFuelConsumption => (
+                "TimescaleDB average vs projected fuel consumption per fleet".into(),
+                "SELECT t.fleet AS fleet, avg(r.fuel_consumption) AS avg_fuel_consumption,\n\
+                   avg(t.nominal_fuel_consumption) AS projected_fuel_consumption\n\
+                 FROM tags t\n\
+                 INNER JOIN LATERAL (SELECT name, fuel_consumption FROM readings r\n\
+                   WHERE r.name = t.name AND velocity > 1) r ON true\n\
+                 WHERE t.fleet IS NOT NULL\n\
+                 AND t.nominal_fuel_consumption IS NOT NULL\n\
+                 AND t.name IS NOT NULL\n\
+                 GROUP BY fleet\n\
+                 ORDER BY fleet"
+                    .into(),
+                None,
+            ),
+            QueryShape::AvgDailyDrivingDuration => (
+                "TimescaleDB average driver driving duration per day".into(),
+                "WITH ten_minute_driving_sessions AS (\n  \
+                   SELECT time_bucket('10 minutes', time) AS ten_minutes, name\n  \
+                   FROM readings r\n  \
+                   GROUP BY name, ten_minutes\n  \
+                   HAVING avg(velocity) > 1\n\
+                 ), daily_total_session AS (\n  \
+                   SELECT time_bucket('24 hours', ten_minutes) AS day, name, count(*) / 6 AS hours\n  \
+                   FROM ten_minute_driving_sessions\n  \
+                   GROUP BY day, name\n\
+                 )\n\
+                 SELECT t.fleet AS fleet, t.name AS name, t.driver AS driver, avg(d.hours) AS avg_daily_hours\n\
+                 FROM daily_total_session d\n\
+                 INNER JOIN tags t ON t.name = d.name\n\
+                 GROUP BY fleet, t.name, driver\n\
+                 ORDER BY 1, 2, 3"
+                    .into(),
+                None,
+            ),
+            QueryShape::AvgDailyDrivingSession => (
+                "TimescaleDB average driver driving session without stopping per day".into(),
+                "WITH driver_status AS (\n  \
+                   SELECT name, time_bucket('10 mins', time) AS ten_minutes, avg(velocity) > 5 AS driving\n  \
+                   FROM readings\n  \
+                   GROUP BY name, ten_minutes\n  \
+                   ORDER BY name, ten_minutes\n\
+                 ), driver_status_change AS (\n  \
+                   SELECT name, ten_minutes AS start,\n    \
+                     lead(ten_minutes) OVER (PARTITION BY name ORDER BY ten_minutes) AS stop, driving\n  \
+                   FROM (\n    \
+                     SELECT name, ten_minutes, driving,\n      \
+                       lag(driving) OVER (PARTITION BY name ORDER BY ten_minutes) AS prev_driving\n    \
+                     FROM driver_status\n  \
+                   ) x\n  \
+                   WHERE x.driving <> x.prev_driving\n\
+                 )\n\
+                 SELECT t.name AS name, time_bucket('24 hours', start) AS day, avg(age(stop, start)) AS duration\n\
+                 FROM tags t\n\
+                 INNER JOIN driver_status_change d ON t.name = d.name\n\
+                 WHERE t.name IS NOT NULL\n\
+                 AND d.driving = true\n\
+                 GROUP BY t.name, day\n\
+                 ORDER BY t.name, day"
+                    .into(),
+                None,
+            ),
+            QueryShape::AvgLoad => (
+                "TimescaleDB average load per truck model per fleet".into(),
+                "SELECT t.fleet AS fleet, t.model AS model, t.load_capacity AS load_capacity,\n  \
+                   avg(d.avg_load / t.load_capacity) AS avg_load_percentage\n\
+                 FROM tags t\n\
+                 INNER JOIN (\n  \
+                   SELECT name, avg(current_load) AS avg_load\n  \
+                   FROM diagnostics d\n  \
+                   GROUP BY name\n\
+                 ) d ON t.name = d.name\n\
+                 WHERE t.name IS NOT NULL\n\
+                 GROUP BY fleet, model, load_capacity\n\
+                 ORDER BY 1, 2, 3"
+                    .into(),
+                None,
+            ),
+            QueryShape::DailyActivity => (
+                "TimescaleDB daily truck activity per fleet per model".into(),
+                "SELECT t.fleet AS fleet, t.model AS model, y.day, sum(y.ten_mins_per_day) / 144 AS daily_activity\n\
+                 FROM tags t\n\
+                 INNER JOIN (\n  \
+                   SELECT time_bucket('24 hours', time) AS day, time_bucket('10 minutes', time) AS ten_minutes,\n    \
+                     name, count(*) AS ten_mins_per_day\n  \
+                   FROM diagnostics\n  \
+                   GROUP BY day, ten_minutes, name\n  \
+                   HAVING avg(status) < 1\n\
+                 ) y ON y.name = t.name\n\
+                 WHERE t.name IS NOT NULL\n\
+                 GROUP BY fleet, model, y.day\n\
+                 ORDER BY y.day, 1, 2"
+                    .into(),
+                None,
+            ),
+            QueryShape::BreakdownFrequency => (
+                "TimescaleDB truck breakdown frequency per model".into(),
+                "WITH breakdown_per_truck_per_ten_minutes AS (\n  \
+                   SELECT time_bucket('10 minutes', time) AS ten_minutes, name,\n    \
+                     count(status = 0) / count(*) >= 0.5 AS broken_down\n  \
+                   FROM diagnostics\n  \
+                   GROUP BY ten_minutes, name\n\
+                 ), breakdowns_per_truck AS (\n  \
+                   SELECT ten_minutes, name, broken_down,\n    \
+                     lead(broken_down) OVER (PARTITION BY name ORDER BY ten_minutes) AS next_broken_down\n  \
+                   FROM breakdown_per_truck_per_ten_minutes\n\
+                 )\n\
+                 SELECT t.model AS model, count(*)\n\
+                 FROM tags t\n\
+                 INNER JOIN breakdowns_per_truck b ON t.name = b.name\n\
+                 WHERE t.name IS NOT NULL\n\
+                 AND broken_down = false AND next_broken_down = true\n\
+                 GROUP BY model\n\
+                 ORDER BY 1"
+                    .into(),
+                None,
+            ),
+            _ => return None,
+        })
+    }
+
     fn fleet(rng: &mut SmallRng) -> &'static str {
         FLEETS[rng.random_range(0..FLEETS.len())]
     }
 
     fn one(&self, ty: &QueryType, rng: &mut SmallRng, clamped: &mut bool) -> Query {
+        if self.dialect == Dialect::Timescaledb
+            && let Some((description, sql, window)) = self.timescaledb(ty, rng, clamped)
+        {
+            return Query {
+                query_type: ty.name,
+                description,
+                sql,
+                window,
+            };
+        }
         let (description, sql, window) = match ty.shape {
             QueryShape::SingleGroupby {
                 metrics,

@@ -50,6 +50,11 @@ pub struct QueryArgs {
     /// Print the generated queries (as SQL statements) instead of running them
     #[arg(long)]
     pub print: bool,
+    /// SQL of the iot queries: `sundial` (tags as columns) or `timescaledb` (TSBS's
+    /// TimescaleDB text over a `tags` table, created from `readings` on both servers
+    /// when missing)
+    #[arg(long, value_enum, default_value = "sundial")]
+    pub dialect: queries::Dialect,
 }
 
 impl Default for QueryArgs {
@@ -66,6 +71,7 @@ impl Default for QueryArgs {
             timestamp_start: "2016-01-01T00:00:00Z".into(),
             timestamp_end: "2016-01-02T00:00:00Z".into(),
             print: false,
+            dialect: queries::Dialect::Sundial,
         }
     }
 }
@@ -89,6 +95,8 @@ pub enum QueryError {
         #[source]
         source: tokio_postgres::Error,
     },
+    #[error("cannot create the tags table on {side}: {detail}")]
+    Setup { side: Side, detail: String },
     #[error("{failures} queries failed and {mismatches} answers differed")]
     Check { failures: usize, mismatches: usize },
 }
@@ -262,7 +270,8 @@ pub fn generate(args: &QueryArgs) -> Result<Vec<(&'static QueryType, Vec<Query>)
             "must be after --timestamp-start",
         ));
     }
-    let generator = QueryGenerator::new(start, end, args.scale, args.seed)?;
+    let generator =
+        QueryGenerator::new(start, end, args.scale, args.seed)?.with_dialect(args.dialect);
     let types = queries::select_types(args.use_case, &args.types)?;
     types
         .into_iter()
@@ -447,6 +456,21 @@ pub async fn bench(args: &QueryArgs) -> Result<QueryReport, QueryError> {
         Some(c) => Some(connect(c, Side::Compare).await?),
         None => None,
     };
+    if args.use_case == super::UseCase::Iot && args.dialect == queries::Dialect::Timescaledb {
+        let sides =
+            std::iter::once((&dsn, Side::Dsn)).chain(compare.as_ref().map(|c| (c, Side::Compare)));
+        for (client, side) in sides {
+            for sql in queries::IOT_TAGS_SETUP {
+                client
+                    .batch_execute(sql)
+                    .await
+                    .map_err(|e| QueryError::Setup {
+                        side,
+                        detail: e.to_string(),
+                    })?;
+            }
+        }
+    }
     let mut report = QueryReport {
         queries: args.queries,
         runs: args.runs,

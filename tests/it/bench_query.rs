@@ -72,3 +72,61 @@ async fn every_devops_query_type_runs_and_lastpoint_has_a_row_per_host() {
     assert_eq!(rows("double-groupby-1"), [6 * HOSTS as usize; 2], "{table}");
     assert!(report.geometric_mean_ratio().is_some());
 }
+
+/// The iot queries in TSBS's TimescaleDB text (`--dialect timescaledb`): the tags
+/// table is made from `readings`, every type runs (LATERAL newest rows per truck,
+/// joins with tags, time_bucket, avg(age(…))), and the newest-row types find as many
+/// trucks as the same queries over the tag columns do.
+#[tokio::test]
+async fn iot_queries_run_in_timescaledb_text() {
+    let srv = TestServer::start();
+    let trucks = 10;
+    let loaded = loadgen::run(LoadArgs {
+        url: srv.http_url(""),
+        use_case: UseCase::Iot,
+        scale: trucks,
+        timestamp_start: START.into(),
+        timestamp_end: END.into(),
+        reporting_period: "0s".into(),
+        ..LoadArgs::default()
+    })
+    .await
+    .expect("load");
+    assert_eq!(loaded.errors, 0);
+    let client = srv.connect("benchmark").await;
+    text_rows(&client, "SELECT sundial_flush()").await;
+    let args = |dialect| QueryArgs {
+        dsn: srv.conn_str("benchmark"),
+        compare_dsn: Some(srv.conn_str("benchmark")),
+        use_case: UseCase::Iot,
+        queries: 2,
+        runs: 1,
+        scale: trucks,
+        timestamp_start: START.into(),
+        timestamp_end: END.into(),
+        dialect,
+        ..QueryArgs::default()
+    };
+    let tsdb = loadgen::bench(&args(loadgen::Dialect::Timescaledb))
+        .await
+        .expect("bench runs");
+    let table = loadgen::render_report(&tsdb, true);
+    assert!(tsdb.ok(), "{table}");
+    assert_eq!(tsdb.types.len(), loadgen::IOT_TYPES.len(), "{table}");
+    let tags = text_rows(&client, "SELECT count(*) FROM tags").await;
+    assert_eq!(tags[0][0].as_deref(), Some(trucks.to_string().as_str()));
+    let plain = loadgen::bench(&args(loadgen::Dialect::Sundial))
+        .await
+        .expect("bench runs");
+    let rows = |r: &loadgen::QueryReport, name: &str| {
+        r.types
+            .iter()
+            .find(|t| t.query_type == name)
+            .map(|t| t.rows.clone())
+            .unwrap_or_default()
+    };
+    for name in ["last-loc", "low-fuel", "high-load"] {
+        assert_eq!(rows(&tsdb, name), rows(&plain, name), "{name}\n{table}");
+    }
+    assert!(rows(&tsdb, "last-loc").iter().all(|&n| n > 0), "{table}");
+}
