@@ -372,12 +372,7 @@ impl QueryGenerator {
 
     /// TSBS's TimescaleDB text of an iot type (see [`Dialect::Timescaledb`]), drawing
     /// its parameters in the same order as the Sundial text does.
-    fn timescaledb(
-        &self,
-        ty: &QueryType,
-        rng: &mut SmallRng,
-        clamped: &mut bool,
-    ) -> Option<(String, String, Option<(i64, i64)>)> {
+    fn timescaledb(&self, ty: &QueryType, rng: &mut SmallRng, clamped: &mut bool) -> Option<Query> {
         let newest = |column: &str, table: &str, fleet: &str, extra: &str| {
             format!(
                 "SELECT t.name AS name, t.driver AS driver, r.*\n\
@@ -391,7 +386,7 @@ impl QueryGenerator {
                  ORDER BY 1"
             )
         };
-        Some(match ty.shape {
+        let (description, sql, window) = match ty.shape {
             QueryShape::LastLoc => {
                 let fleet = Self::fleet(rng);
                 (
@@ -596,6 +591,12 @@ impl QueryGenerator {
                 None,
             ),
             _ => return None,
+        };
+        Some(Query {
+            query_type: ty.name,
+            description,
+            sql,
+            window,
         })
     }
 
@@ -605,14 +606,9 @@ impl QueryGenerator {
 
     fn one(&self, ty: &QueryType, rng: &mut SmallRng, clamped: &mut bool) -> Query {
         if self.dialect == Dialect::Timescaledb
-            && let Some((description, sql, window)) = self.timescaledb(ty, rng, clamped)
+            && let Some(q) = self.timescaledb(ty, rng, clamped)
         {
-            return Query {
-                query_type: ty.name,
-                description,
-                sql,
-                window,
-            };
+            return q;
         }
         let (description, sql, window) = match ty.shape {
             QueryShape::SingleGroupby {
