@@ -5,7 +5,7 @@
 # `bench query --compare-dsn` (times both, checks every answer) and prints its table.
 # Usage: bash benches/tsbs_queries.sh BIN   (BIN: a release `sundial` binary)
 # Environment: SCALE (100), USE_CASE (cpu-only | iot), QUERIES (20), RUNS (3), SEED (1),
-#   TYPES (all), DIALECT (sundial | timescaledb: iot queries as TSBS writes them for
+#   TYPES (all), LOG_INTERVAL (10s, TSBS's --log-interval), DIALECT (sundial | timescaledb: iot queries as TSBS writes them for
 #   TimescaleDB, over a tags table; PostgreSQL gets a date_bin time_bucket), START / END (2016-01-01T00:00:00Z / 2016-01-02T00:00:00Z), WORK (/tmp/bq),
 #   SD_PG_PORT (25432), SD_HTTP_PORT (28086), PG_PORT (54331), TOOL (BIN: the binary whose
 #   `bench load` / `bench query` run, so an older server can be measured with today's tool).
@@ -19,6 +19,7 @@ RUNS="${RUNS:-3}"
 SEED="${SEED:-1}"
 TYPES="${TYPES:-all}"
 DIALECT="${DIALECT:-sundial}"
+LOG_INTERVAL="${LOG_INTERVAL:-10s}"
 START="${START:-2016-01-01T00:00:00Z}"
 END="${END:-2016-01-02T00:00:00Z}"
 WORK="${WORK:-/tmp/bq}"
@@ -55,7 +56,7 @@ SUNDIAL_PID=$!
 for _ in $(seq 300); do grep -q "SUNDIAL READY" "$WORK/sundial.out" && break; sleep 0.1; done
 grep -q "SUNDIAL READY" "$WORK/sundial.out" || { cat "$WORK/sundial.err"; exit 1; }
 "$TOOL" bench load --url "http://127.0.0.1:$SD_HTTP_PORT" --use-case "$USE_CASE" --scale "$SCALE" \
-    --timestamp-start "$START" --timestamp-end "$END" --reporting-period 0s
+    --timestamp-start "$START" --timestamp-end "$END" --log-interval "$LOG_INTERVAL" --reporting-period 0s
 psql -X -q -A -t "$SD" -c 'SELECT sundial_compact()' >/dev/null
 for t in $TABLES; do
     echo "sundial $t rows: $(psql -X -A -t "$SD" -c "SELECT count(*) FROM $t")"
