@@ -10,12 +10,12 @@ const HOSTS: u64 = 8;
 const START: &str = "2016-01-01T00:00:00Z";
 const END: &str = "2016-01-01T06:00:00Z";
 
-#[tokio::test]
-async fn every_devops_query_type_runs_and_lastpoint_has_a_row_per_host() {
-    let srv = TestServer::start();
+/// Loads `scale` hosts or trucks from START to END through line protocol, flushed.
+async fn load(srv: &TestServer, use_case: UseCase, scale: u64) -> loadgen::Summary {
     let loaded = loadgen::run(LoadArgs {
         url: srv.http_url(""),
-        scale: HOSTS,
+        use_case,
+        scale,
         timestamp_start: START.into(),
         timestamp_end: END.into(),
         reporting_period: "0s".into(),
@@ -23,9 +23,16 @@ async fn every_devops_query_type_runs_and_lastpoint_has_a_row_per_host() {
     })
     .await
     .expect("load");
-    assert_eq!((loaded.rows, loaded.errors), (HOSTS * 6 * 360, 0));
     let client = srv.connect("benchmark").await;
     text_rows(&client, "SELECT sundial_flush()").await;
+    loaded
+}
+
+#[tokio::test]
+async fn every_devops_query_type_runs_and_lastpoint_has_a_row_per_host() {
+    let srv = TestServer::start();
+    let loaded = load(&srv, UseCase::CpuOnly, HOSTS).await;
+    assert_eq!((loaded.rows, loaded.errors), (HOSTS * 6 * 360, 0));
 
     let args = QueryArgs {
         dsn: srv.conn_str("benchmark"),
@@ -81,20 +88,9 @@ async fn every_devops_query_type_runs_and_lastpoint_has_a_row_per_host() {
 async fn iot_queries_run_in_timescaledb_text() {
     let srv = TestServer::start();
     let trucks = 10;
-    let loaded = loadgen::run(LoadArgs {
-        url: srv.http_url(""),
-        use_case: UseCase::Iot,
-        scale: trucks,
-        timestamp_start: START.into(),
-        timestamp_end: END.into(),
-        reporting_period: "0s".into(),
-        ..LoadArgs::default()
-    })
-    .await
-    .expect("load");
+    let loaded = load(&srv, UseCase::Iot, trucks).await;
     assert_eq!(loaded.errors, 0);
     let client = srv.connect("benchmark").await;
-    text_rows(&client, "SELECT sundial_flush()").await;
     let args = |dialect| QueryArgs {
         dsn: srv.conn_str("benchmark"),
         compare_dsn: Some(srv.conn_str("benchmark")),
