@@ -198,20 +198,22 @@ pub fn parse_pg_interval(s: &str) -> Result<Interval, String> {
         None => text,
     };
     for word in text.split_whitespace() {
-        // A number and its unit may be glued ("15min", "1day"); a clock time and
-        // "Y-M" stay whole.
-        let cut = word
-            .char_indices()
-            .skip(1)
-            .find(|(_, c)| c.is_ascii_alphabetic())
-            .map(|(i, _)| i)
-            .filter(|_| word.starts_with(|c: char| c.is_ascii_digit() || "+-.".contains(c)));
-        match cut {
-            Some(i) => {
-                tokens.push(word[..i].to_string());
-                tokens.push(word[i..].to_string());
+        // Numbers and units may be glued ("15min", "1h30m"); a clock time and "Y-M"
+        // stay whole.
+        let numeric_start = word.starts_with(|c: char| c.is_ascii_digit() || "+-.".contains(c));
+        if !numeric_start || word.contains(':') {
+            tokens.push(word.to_string());
+            continue;
+        }
+        let mut start = 0;
+        let bytes = word.as_bytes();
+        for i in 1..=bytes.len() {
+            let boundary = i == bytes.len()
+                || bytes[i].is_ascii_alphabetic() != bytes[i - 1].is_ascii_alphabetic();
+            if boundary {
+                tokens.push(word[start..i].to_string());
+                start = i;
             }
-            None => tokens.push(word.to_string()),
         }
     }
     let mut ago = false;
@@ -229,6 +231,11 @@ pub fn parse_pg_interval(s: &str) -> Result<Interval, String> {
         }
         any = true;
         if tok.contains(':') {
+            let clock = Unit::Hour.bit() | Unit::Minute.bit() | Unit::Second.bit();
+            if acc.seen & clock != 0 {
+                return Err(bad());
+            }
+            acc.seen |= clock;
             acc.micros += clock_micros(tok).ok_or_else(bad)?;
             continue;
         }
@@ -266,6 +273,54 @@ struct Parts {
     months: i64,
     days: i64,
     micros: i64,
+    /// The [`Unit`]s given so far (bits).
+    seen: u32,
+}
+
+/// The units of interval text.
+#[derive(Clone, Copy)]
+enum Unit {
+    Micro,
+    Milli,
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+    Decade,
+    Century,
+    Millennium,
+}
+
+impl Unit {
+    /// A unit's name or abbreviation (lower case), as PostgreSQL knows them.
+    fn of(name: &str) -> Option<Unit> {
+        Some(match name {
+            "us" | "usec" | "usecs" | "usecond" | "useconds" | "microsecond" | "microseconds" => {
+                Unit::Micro
+            }
+            "ms" | "msec" | "msecs" | "msecond" | "mseconds" | "millisecond" | "milliseconds" => {
+                Unit::Milli
+            }
+            "s" | "sec" | "secs" | "second" | "seconds" => Unit::Second,
+            "m" | "min" | "mins" | "minute" | "minutes" => Unit::Minute,
+            "h" | "hr" | "hrs" | "hour" | "hours" => Unit::Hour,
+            "d" | "day" | "days" => Unit::Day,
+            "w" | "week" | "weeks" => Unit::Week,
+            "mon" | "mons" | "month" | "months" => Unit::Month,
+            "y" | "yr" | "yrs" | "year" | "years" => Unit::Year,
+            "dec" | "decs" | "decade" | "decades" => Unit::Decade,
+            "c" | "cent" | "century" | "centuries" => Unit::Century,
+            "mil" | "mils" | "millennium" | "millennia" => Unit::Millennium,
+            _ => return None,
+        })
+    }
+
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
 }
 
 impl Parts {
@@ -292,42 +347,38 @@ impl Parts {
             p.months = p.months.checked_add(m as i64)?;
             Some(())
         };
-        let per_micro =
-            match unit {
-                "us" | "usec" | "usecs" | "usecond" | "useconds" | "microsecond"
-                | "microseconds" => 1.0,
-                "ms" | "msec" | "msecs" | "msecond" | "mseconds" | "millisecond"
-                | "milliseconds" => 1e3,
-                "s" | "sec" | "secs" | "second" | "seconds" => 1e6,
-                "m" | "min" | "mins" | "minute" | "minutes" => 60e6,
-                "h" | "hr" | "hrs" | "hour" | "hours" => 3600e6,
-                "d" | "day" | "days" => {
-                    if whole.abs() > 1e12 {
-                        return None;
-                    }
-                    self.days = self.days.checked_add(whole as i64)?;
-                    return fraction_days(self, frac);
+        let unit = Unit::of(unit)?;
+        // Each unit once, as PostgreSQL's field mask allows.
+        if self.seen & unit.bit() != 0 {
+            return None;
+        }
+        self.seen |= unit.bit();
+        let per_micro = match unit {
+            Unit::Micro => 1.0,
+            Unit::Milli => 1e3,
+            Unit::Second => 1e6,
+            Unit::Minute => 60e6,
+            Unit::Hour => 3600e6,
+            Unit::Day | Unit::Week | Unit::Month => {
+                if whole.abs() > 1e12 {
+                    return None;
                 }
-                "w" | "week" | "weeks" => {
-                    if whole.abs() > 1e12 {
-                        return None;
+                let (whole, per) = match unit {
+                    Unit::Day => (whole as i64, 1.0),
+                    Unit::Week => (whole as i64 * 7, 7.0),
+                    _ => {
+                        self.months = self.months.checked_add(whole as i64)?;
+                        (0, 30.0)
                     }
-                    self.days = self.days.checked_add(whole as i64 * 7)?;
-                    return fraction_days(self, frac * 7.0);
-                }
-                "mon" | "mons" | "month" | "months" => {
-                    if whole.abs() > 1e12 {
-                        return None;
-                    }
-                    self.months = self.months.checked_add(whole as i64)?;
-                    return fraction_days(self, frac * 30.0);
-                }
-                "y" | "yr" | "yrs" | "year" | "years" => return in_months(self, 12.0),
-                "dec" | "decs" | "decade" | "decades" => return in_months(self, 120.0),
-                "c" | "cent" | "century" | "centuries" => return in_months(self, 1200.0),
-                "mil" | "mils" | "millennium" | "millennia" => return in_months(self, 12_000.0),
-                _ => return None,
-            };
+                };
+                self.days = self.days.checked_add(whole)?;
+                return fraction_days(self, frac * per);
+            }
+            Unit::Year => return in_months(self, 12.0),
+            Unit::Decade => return in_months(self, 120.0),
+            Unit::Century => return in_months(self, 1200.0),
+            Unit::Millennium => return in_months(self, 12_000.0),
+        };
         self.micros = self.micros.checked_add(micros(n * per_micro)?)?;
         Some(())
     }
@@ -494,6 +545,7 @@ mod tests {
             ("1 01:00:00", iv(0, 1, h)),
             ("5", iv(0, 0, 5_000_000)),
             ("15min", iv(0, 0, h / 4)),
+            ("1h30m", iv(0, 0, h + h / 2)),
             ("1-2", iv(14, 0, 0)),
             ("01:02.5", iv(0, 0, 62_500_000)),
             ("2 weeks", iv(0, 14, 0)),
@@ -511,7 +563,19 @@ mod tests {
             Ok(iv(14, 3, 4 * h + 306_000_000))
         );
         assert_eq!(parse_pg_interval("1 week 1.5 months"), Ok(iv(1, 22, 0)));
-        for bad in ["", "1 fortnight", "1 2", "ago", "01:99", "1:60", "P", "@"] {
+        for bad in [
+            "",
+            "1 fortnight",
+            "1 2",
+            "ago",
+            "01:99",
+            "1:60",
+            "P",
+            "@",
+            "1 day 1 days",
+            "1 hour 01:00",
+            "01:00 01:00",
+        ] {
             assert!(parse_pg_interval(bad).is_err(), "{bad}");
         }
     }
