@@ -236,11 +236,12 @@ pub fn parse_pg_interval(s: &str) -> Result<Interval, String> {
                 return Err(bad());
             }
             acc.seen |= clock;
-            acc.micros += clock_micros(tok).ok_or_else(bad)?;
+            let micros = clock_micros(tok).ok_or_else(bad)?;
+            acc.micros = acc.micros.checked_add(micros).ok_or_else(bad)?;
             continue;
         }
         if let Some(months) = year_month(tok) {
-            acc.months += months;
+            acc.months = acc.months.checked_add(months).ok_or_else(bad)?;
             continue;
         }
         let n: f64 = tok.parse().map_err(|_| bad())?;
@@ -387,8 +388,8 @@ impl Parts {
     fn finish(self, ago: bool) -> Option<Interval> {
         let sign = if ago { -1 } else { 1 };
         Some(Interval {
-            months: i32::try_from(self.months * sign).ok()?,
-            days: i32::try_from(self.days * sign).ok()?,
+            months: i32::try_from(self.months.checked_mul(sign)?).ok()?,
+            days: i32::try_from(self.days.checked_mul(sign)?).ok()?,
             micros: self.micros.checked_mul(sign)?,
         })
     }
@@ -438,7 +439,11 @@ fn year_month(tok: &str) -> Option<i64> {
     if !all_digits(y) || !all_digits(m) {
         return None;
     }
-    let months = y.parse::<i64>().ok()?.checked_mul(12)? + m.parse::<i64>().ok()?;
+    let months = y
+        .parse::<i64>()
+        .ok()?
+        .checked_mul(12)?
+        .checked_add(m.parse::<i64>().ok()?)?;
     Some(if negative { -months } else { months })
 }
 
@@ -575,6 +580,8 @@ mod tests {
             "1 day 1 days",
             "1 hour 01:00",
             "01:00 01:00",
+            "9223372036854775807-9223372036854775807",
+            "9100000000000000000 us 2562047788:00:00",
         ] {
             assert!(parse_pg_interval(bad).is_err(), "{bad}");
         }
