@@ -16,7 +16,9 @@ impl Interval {
     }
 }
 
-/// Parses interval text; a bare integer is microseconds.
+/// Parses interval text for chunk intervals and settings: a bare integer is
+/// microseconds (as `create_hypertable`'s integer chunk interval), anything else
+/// PostgreSQL's interval input ([`parse_pg_interval`]).
 pub fn parse_interval(s: &str) -> Result<Interval, String> {
     let s = s.trim();
     if let Ok(n) = s.parse::<i64>() {
@@ -25,73 +27,7 @@ pub fn parse_interval(s: &str) -> Result<Interval, String> {
             ..Default::default()
         });
     }
-    let mut iv = Interval::default();
-    let tokens: Vec<&str> = s.split_whitespace().collect();
-    if tokens.is_empty() {
-        return Err("empty interval".into());
-    }
-    let mut i = 0;
-    while i < tokens.len() {
-        let tok = tokens[i];
-        if tok.contains(':') {
-            iv.micros += parse_clock(tok)?;
-            i += 1;
-            continue;
-        }
-        // number and unit may be glued: "15min", "1d"
-        let split = tok
-            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
-            .unwrap_or(tok.len());
-        let (num, unit) = if split == tok.len() {
-            let unit = tokens
-                .get(i + 1)
-                .ok_or_else(|| format!("interval `{s}`: number without unit"))?;
-            i += 2;
-            (tok, *unit)
-        } else {
-            i += 1;
-            (&tok[..split], &tok[split..])
-        };
-        let n: f64 = num
-            .parse()
-            .map_err(|_| format!("invalid input syntax for type interval: \"{s}\""))?;
-        let unit = unit.to_ascii_lowercase();
-        let unit = unit.trim_end_matches(',');
-        match unit {
-            "us" | "usec" | "usecs" | "microsecond" | "microseconds" => iv.micros += n as i64,
-            "ms" | "msec" | "msecs" | "millisecond" | "milliseconds" => {
-                iv.micros += (n * 1e3) as i64
-            }
-            "s" | "sec" | "secs" | "second" | "seconds" => iv.micros += (n * 1e6) as i64,
-            "m" | "min" | "mins" | "minute" | "minutes" => iv.micros += (n * 60e6) as i64,
-            "h" | "hr" | "hrs" | "hour" | "hours" => iv.micros += (n * 3600e6) as i64,
-            "d" | "day" | "days" => iv.days += n as i32,
-            "w" | "week" | "weeks" => iv.days += (n * 7.0) as i32,
-            "mon" | "mons" | "month" | "months" => iv.months += n as i32,
-            "y" | "yr" | "yrs" | "year" | "years" => iv.months += (n * 12.0) as i32,
-            _ => return Err(format!("invalid input syntax for type interval: \"{s}\"")),
-        }
-    }
-    Ok(iv)
-}
-
-fn parse_clock(tok: &str) -> Result<i64, String> {
-    let parts: Vec<&str> = tok.split(':').collect();
-    let bad = || format!("invalid input syntax for type interval: \"{tok}\"");
-    let h: i64 = parts.first().ok_or_else(bad)?.parse().map_err(|_| bad())?;
-    let m: i64 = parts
-        .get(1)
-        .map(|p| p.parse())
-        .transpose()
-        .map_err(|_| bad())?
-        .unwrap_or(0);
-    let s: f64 = parts
-        .get(2)
-        .map(|p| p.parse())
-        .transpose()
-        .map_err(|_| bad())?
-        .unwrap_or(0.0);
-    Ok(h * 3_600_000_000 + m * 60_000_000 + (s * 1e6) as i64)
+    parse_pg_interval(s)
 }
 
 /// Parses an interval and returns its length in microseconds.
