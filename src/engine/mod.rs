@@ -28,6 +28,7 @@ use crate::catalog::{Catalog, DatabaseDef, FileEdit, FileMeta, Retention, TableD
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Snapshot};
+use crate::storage::decoded::DecodedColumns;
 use crate::storage::derived_rows::DerivedRows;
 use crate::storage::rewrite::{self, FileStore, Rewrite};
 use crate::storage::stats_cache::StatsCache;
@@ -89,6 +90,8 @@ pub struct Engine {
     file_stats: Arc<StatsCache>,
     /// Rows derived per chunk file (newest rows per series).
     derived_rows: Arc<DerivedRows>,
+    /// Decoded columns of chunk files, kept per (path, column).
+    decoded: Arc<DecodedColumns>,
     /// Per keyed table, the lock writers hold across key check and write.
     key_locks: parking_lot::Mutex<std::collections::HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     /// State the layers above keep once per engine (one value per type).
@@ -184,8 +187,15 @@ impl Engine {
         let store_url = ObjectStoreUrl::parse(STORE_URL)?;
         // The queries' part of the budget holds the derived-rows cache and the pool.
         let derived = DerivedRows::share_of(config.query_memory_limit);
+        let decoded = DecodedColumns::share_of(config.query_memory_limit);
         let runtime = RuntimeEnvBuilder::new()
-            .with_memory_limit((config.query_memory_limit - derived) as usize, 1.0)
+            .with_memory_limit(
+                config
+                    .query_memory_limit
+                    .saturating_sub(derived)
+                    .saturating_sub(decoded) as usize,
+                1.0,
+            )
             .build_arc()?;
         let compaction_runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(config.compaction_memory as usize, 1.0)
@@ -207,6 +217,7 @@ impl Engine {
             jobs: Default::default(),
             file_stats: Default::default(),
             derived_rows: Arc::new(DerivedRows::with_limit(derived as usize)),
+            decoded: Arc::new(DecodedColumns::with_limit(decoded)),
             key_locks: Default::default(),
             shared: Default::default(),
             background: Background::new(CancellationToken::new()),
@@ -269,6 +280,11 @@ impl Engine {
     /// Rows derived from chunk files, kept per file path.
     pub fn derived_rows(&self) -> &Arc<DerivedRows> {
         &self.derived_rows
+    }
+
+    /// Decoded columns of chunk files, kept per (path, column).
+    pub fn decoded(&self) -> &Arc<DecodedColumns> {
+        &self.decoded
     }
 
     /// The engine's one value of type `T`, made on first use: state a layer above

@@ -4,8 +4,9 @@
 //! system views (`timescaledb_information.*`); the newest-rows-per-series path
 //! (`latest`) for lastpoint-style queries and the newest-window path for the newest
 //! k time buckets (`newest_buckets`); count/min/max answered from file statistics
-//! (`stats_answers`).
+//! (`stats_answers`); scans of columns kept decoded in memory (`cached_scan`).
 
+pub mod cached_scan;
 pub mod context;
 pub mod dedup;
 pub mod latest;

@@ -30,18 +30,14 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use datafusion::physical_plan::filter::FilterExec;
-use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
-use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
-use parquet::arrow::arrow_reader::ArrowReaderOptions;
-use parquet::arrow::async_reader::AsyncFileReader;
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
+use futures::StreamExt;
 
 use crate::catalog::{FileMeta, TableDef};
 use crate::engine::Engine;
 use crate::engine::tx::Staging;
+use crate::query::cached_scan::{self, CachedScanExec, IndexedReaderFactory};
 use crate::query::dedup::{DedupExec, in_ranges};
 use crate::query::staged;
 use crate::storage;
@@ -173,7 +169,7 @@ impl HypertableProvider {
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
         if !files.is_empty() {
             let target = state.config().target_partitions().max(1);
-            inputs.push(self.parquet_scan(
+            inputs.push(self.file_scan(
                 state,
                 schema,
                 files,
@@ -198,6 +194,111 @@ impl HypertableProvider {
         Ok(inputs)
     }
 
+    /// Readers of chunk files whose footers (with page indexes) come from the
+    /// runtime's metadata cache.
+    fn reader_factory(&self, state: &dyn Session) -> DfResult<Arc<IndexedReaderFactory>> {
+        let runtime = state.runtime_env();
+        Ok(Arc::new(IndexedReaderFactory(
+            CachedParquetFileReaderFactory::new(
+                runtime.object_store(self.engine.store_url())?,
+                runtime.cache_manager.get_file_metadata_cache(),
+            ),
+        )))
+    }
+
+    /// A scan of `files`: those whose columns are kept decoded are sliced from
+    /// memory ([`CachedScanExec`]), the others read from Parquet ([`Self::parquet_scan`])
+    /// and, when asked for a second time, decoded into the cache in the background.
+    #[allow(clippy::too_many_arguments)]
+    fn file_scan(
+        &self,
+        state: &dyn Session,
+        schema: &SchemaRef,
+        files: &[&FileMeta],
+        partitions: usize,
+        projection: Option<&Vec<usize>>,
+        physical: Option<&Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+        limit: Option<usize>,
+        narrow_time: bool,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let cache = self.engine.decoded();
+        let allowed = state
+            .config()
+            .get_extension::<DecodedScans>()
+            .is_none_or(|d| d.0);
+        // A scan that reads no column (count(*)) needs only the row counts: Parquet's.
+        if !allowed || !cache.enabled() || projection.is_some_and(|p| p.is_empty()) {
+            return self.parquet_scan(
+                state,
+                schema,
+                files,
+                partitions,
+                projection,
+                physical,
+                limit,
+                narrow_time,
+            );
+        }
+        let wanted: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..schema.fields().len()).collect(),
+        };
+        let mut read = wanted.clone();
+        if let Some(p) = physical {
+            for c in datafusion::physical_expr::utils::collect_columns(p) {
+                if !read.contains(&c.index()) {
+                    read.push(c.index());
+                }
+            }
+        }
+        let names: Vec<&str> = read
+            .iter()
+            .map(|i| schema.field(*i).name().as_str())
+            .collect();
+        let (hit, miss, load) = cached_scan::split(cache, files, &names);
+        if !load.is_empty()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            let factory: Arc<dyn ParquetFileReaderFactory> = self.reader_factory(state)?;
+            let (cache, schema) = (cache.clone(), schema.clone());
+            handle.spawn(async move {
+                for (file, columns) in load {
+                    cached_scan::load(
+                        cache.clone(),
+                        factory.clone(),
+                        schema.clone(),
+                        file,
+                        columns,
+                    )
+                    .await;
+                }
+            });
+        }
+        let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
+        if !hit.is_empty() {
+            let output: Vec<usize> = (0..wanted.len()).collect();
+            inputs.push(Arc::new(CachedScanExec::try_new(
+                schema, hit, &names, &output, physical, limit, partitions,
+            )?));
+        }
+        if !miss.is_empty() {
+            inputs.push(self.parquet_scan(
+                state,
+                schema,
+                &miss,
+                partitions,
+                projection,
+                physical,
+                limit,
+                narrow_time,
+            )?);
+        }
+        match inputs.len() {
+            1 => Ok(inputs.remove(0)),
+            _ => UnionExec::try_new(inputs),
+        }
+    }
+
     /// A Parquet scan of `files` spread over `partitions` file groups. File footers
     /// and page indexes come from the runtime's metadata cache (chunk files never
     /// change: a rewrite gets a new path). `narrow_time`: the predicate's time range
@@ -216,14 +317,12 @@ impl HypertableProvider {
         narrow_time: bool,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let mut source = ParquetSource::new(schema.clone());
+        let physical = physical.map(|p| nan_safe(p, schema)).transpose()?;
+        let physical = physical.as_ref();
         if let Some(p) = physical {
             source = source.with_predicate(p.clone());
         }
-        let runtime = state.runtime_env();
-        let reader = IndexedReaderFactory(CachedParquetFileReaderFactory::new(
-            runtime.object_store(self.engine.store_url())?,
-            runtime.cache_manager.get_file_metadata_cache(),
-        ));
+        let reader = self.reader_factory(state)?;
         // The page index only serves the predicate. With filter pushdown the reader
         // decodes the predicate's columns first and the others only for the rows
         // that pass: a selective filter over wide rows (TSBS high-cpu: every column
@@ -260,7 +359,7 @@ impl HypertableProvider {
             .with_reorder_filters(pushdown && !narrow_time)
             // Chunk files carry no bloom filters (min/max statistics do the pruning).
             .with_bloom_filter_on_read(false)
-            .with_parquet_file_reader_factory(Arc::new(reader));
+            .with_parquet_file_reader_factory(reader);
         let mut groups: Vec<Vec<PartitionedFile>> =
             vec![vec![]; partitions.min(files.len()).max(1)];
         for (i, f) in files.iter().enumerate() {
@@ -347,62 +446,6 @@ impl HypertableProvider {
     }
 }
 
-/// Reads chunk files through the runtime's metadata cache, asking for the page index
-/// with every footer: DataFusion's opener asks for the footer alone, the cache then
-/// keeps footers without indexes, and every pruned scan read and parsed the page
-/// index again past the cache.
-#[derive(Debug)]
-struct IndexedReaderFactory(CachedParquetFileReaderFactory);
-
-impl ParquetFileReaderFactory for IndexedReaderFactory {
-    fn create_reader(
-        &self,
-        partition_index: usize,
-        partitioned_file: PartitionedFile,
-        metadata_size_hint: Option<usize>,
-        metrics: &ExecutionPlanMetricsSet,
-    ) -> DfResult<Box<dyn AsyncFileReader + Send>> {
-        let inner = self.0.create_reader(
-            partition_index,
-            partitioned_file,
-            metadata_size_hint,
-            metrics,
-        )?;
-        Ok(Box::new(IndexedReader(inner)))
-    }
-}
-
-/// A file reader whose footers come with their page index (see
-/// [`IndexedReaderFactory`]).
-struct IndexedReader(Box<dyn AsyncFileReader + Send>);
-
-impl AsyncFileReader for IndexedReader {
-    fn get_bytes(
-        &mut self,
-        range: std::ops::Range<u64>,
-    ) -> BoxFuture<'_, parquet::errors::Result<bytes::Bytes>> {
-        self.0.get_bytes(range)
-    }
-
-    fn get_byte_ranges(
-        &mut self,
-        ranges: Vec<std::ops::Range<u64>>,
-    ) -> BoxFuture<'_, parquet::errors::Result<Vec<bytes::Bytes>>> {
-        self.0.get_byte_ranges(ranges)
-    }
-
-    fn get_metadata<'a>(
-        &'a mut self,
-        options: Option<&'a ArrowReaderOptions>,
-    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
-        let options = options
-            .cloned()
-            .unwrap_or_default()
-            .with_page_index_policy(PageIndexPolicy::Optional);
-        async move { self.0.get_metadata(Some(&options)).await }.boxed()
-    }
-}
-
 /// The columns `cols` (by position) of `input`'s rows.
 pub(crate) fn select_columns(
     input: Arc<dyn ExecutionPlan>,
@@ -423,6 +466,62 @@ pub(crate) fn select_columns(
         .collect::<Vec<_>>();
     Ok(Arc::new(ProjectionExec::try_new(exprs, input)?))
 }
+
+/// `predicate` (over `schema`) with every conjunct that reads a float column `c`
+/// widened by `OR isnan(c)`. Parquet's min/max statistics leave NaN out, so pruning
+/// row groups and pages on a float comparison could drop NaN rows that match it
+/// (NaN equals NaN and sorts above every number, as in PostgreSQL); pruning cannot
+/// reason about `isnan`, so such conjuncts keep every page, while the row filter
+/// still evaluates them (exactly, with the scan's caller filtering again).
+fn nan_safe(
+    predicate: &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+    schema: &SchemaRef,
+) -> DfResult<Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
+    use arrow::datatypes::DataType;
+    use datafusion::physical_expr::expressions::BinaryExpr;
+    use datafusion::physical_expr::utils::{collect_columns, conjunction, split_conjunction};
+    use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
+    let mut out: Vec<Arc<dyn PhysicalExpr>> = vec![];
+    let mut changed = false;
+    for part in split_conjunction(predicate) {
+        let mut floats: Vec<_> = collect_columns(part)
+            .into_iter()
+            .filter(|c| {
+                matches!(
+                    schema.field(c.index()).data_type(),
+                    DataType::Float16 | DataType::Float32 | DataType::Float64
+                )
+            })
+            .collect();
+        floats.sort_by_key(|c| c.index());
+        let mut e = part.clone();
+        for c in floats {
+            let nan = ScalarFunctionExpr::try_new(
+                datafusion::functions::math::isnan(),
+                vec![Arc::new(c)],
+                schema,
+                Arc::new(datafusion::config::ConfigOptions::default()),
+            )?;
+            e = Arc::new(BinaryExpr::new(
+                e,
+                datafusion::logical_expr::Operator::Or,
+                Arc::new(nan),
+            ));
+            changed = true;
+        }
+        out.push(e);
+    }
+    Ok(if changed {
+        conjunction(out)
+    } else {
+        predicate.clone()
+    })
+}
+
+/// Whether scans may read columns kept decoded (`sundial.decoded_scans`); missing:
+/// they may. A session-config extension.
+#[derive(Debug)]
+pub struct DecodedScans(pub bool);
 
 /// The changes the session's open transaction made to table `id` (none outside one).
 /// Tables a statement reads as they were at one moment, their files only (the
@@ -978,7 +1077,7 @@ impl HypertableProvider {
                     let rest = rest
                         .map(|e| state.create_physical_expr(e, &df_schema))
                         .transpose()?;
-                    inputs.push(self.parquet_scan(
+                    inputs.push(self.file_scan(
                         state,
                         &schema,
                         &inside,

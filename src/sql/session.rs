@@ -59,6 +59,7 @@ pub fn default_settings(db: &str, user: &str) -> Settings {
     m.insert(NEWEST_BUCKETS.into(), "on".into());
     m.insert(PLAN_CACHE.into(), "on".into());
     m.insert(STATS_ANSWERS.into(), "on".into());
+    m.insert(DECODED_SCANS.into(), "on".into());
     m.insert(SMALL_SCAN_ROWS.into(), DEFAULT_SMALL_SCAN_ROWS.to_string());
     Arc::new(RwLock::new(m))
 }
@@ -159,6 +160,9 @@ pub const NEWEST_BUCKETS: &str = "sundial.newest_buckets";
 /// Whether count/min/max without GROUP BY take the files wholly inside the time
 /// filter from their statistics (`on`, the default) or read them (`off`).
 pub const STATS_ANSWERS: &str = "sundial.stats_answers";
+/// Whether scans read chunk files' columns kept decoded in memory (`on`, the
+/// default) or always from Parquet (`off`: for comparing answers and timings).
+pub const DECODED_SCANS: &str = "sundial.decoded_scans";
 /// Whether query plans are kept per shape and per prepared statement and reused
 /// (`on`, the default) or every query is planned from its text (`off`: for
 /// measuring what the cache saves).
@@ -218,6 +222,20 @@ fn set(session: &Session, name: &str, value: String) -> Result<()> {
             )
         })?;
         session.settings.write().insert(k, value);
+        return Ok(());
+    }
+    if k == DECODED_SCANS {
+        let on = boolean(&k, &value)?;
+        session
+            .settings
+            .write()
+            .insert(k, if on { "on" } else { "off" }.into());
+        session
+            .ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .set_extension(Arc::new(crate::query::provider::DecodedScans(on)));
         return Ok(());
     }
     if k == SMALL_SCAN_ROWS {
@@ -457,6 +475,7 @@ pub fn execute(session: &Session, stmt: &Statement) -> Result<Option<Output>> {
                     set(session, "timezone", "UTC".into())?;
                     set(session, LATEST_ROWS, "on".into())?;
                     set(session, NEWEST_BUCKETS, "on".into())?;
+                    set(session, DECODED_SCANS, "on".into())?;
                 }
                 ast::Reset::ConfigurationParameter(name)
                     if key(&name.to_string()).starts_with("datafusion.") =>

@@ -21,6 +21,7 @@ use parquet::schema::types::ColumnPath;
 use crate::catalog::{ColumnStats, FileMeta, SqlType, TableDef};
 use crate::error::Result;
 
+pub mod decoded;
 pub mod dedup;
 pub mod derived_rows;
 pub mod rewrite;

@@ -3,6 +3,7 @@ mod bench_query;
 mod caggs;
 mod chunks;
 mod copy;
+mod decoded;
 mod differential;
 mod drivers;
 mod durability;

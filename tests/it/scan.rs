@@ -495,6 +495,10 @@ async fn narrow_windows_over_many_series_filter_while_decoding() {
             })
             .collect()
     };
+    // The Parquet path is what this checks: no decoded columns kept in memory.
+    c.batch_execute("SET sundial.decoded_scans = off")
+        .await
+        .unwrap();
     assert_eq!(cells(text_rows(&c, &q).await), expected(false));
     let analyzed = text_rows(&c, &format!("EXPLAIN ANALYZE {q}")).await;
     let plan = format!("{analyzed:?}");
