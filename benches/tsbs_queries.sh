@@ -8,7 +8,11 @@
 #   TYPES (all), LOG_INTERVAL (10s, TSBS's --log-interval), DIALECT (sundial | timescaledb: iot queries as TSBS writes them for
 #   TimescaleDB, over a tags table; PostgreSQL gets a date_bin time_bucket), START / END (2016-01-01T00:00:00Z / 2016-01-02T00:00:00Z), WORK (/tmp/bq),
 #   SD_PG_PORT (25432), SD_HTTP_PORT (28086), PG_PORT (54331), TOOL (BIN: the binary whose
-#   `bench load` / `bench query` run, so an older server can be measured with today's tool).
+#   `bench load` / `bench query` run, so an older server can be measured with today's tool),
+#   TSDB_DSN (unset: when given, a running TimescaleDB, e.g. ../shared/peers/start_timescaledb.sh's
+#   "host=127.0.0.1 port=55433 user=postgres dbname=benchmark", gets the rows too, in 1-day
+#   chunks compressed as TSBS does (segmentby the series tag, orderby time DESC), and is
+#   compared as a second server: the table then shows the ratio to the fastest).
 set -euo pipefail
 BIN="$(realpath "${1:?usage: bash benches/tsbs_queries.sh BIN}")"
 TOOL="$(realpath "${TOOL:-$BIN}")"
@@ -77,13 +81,32 @@ for t in $TABLES; do
     echo "postgres $t rows: $(psql -X -A -t "$PG" -c "SELECT count(*) FROM $t")"
 done
 
+COMPARE=(--compare-dsn "$PG" --compare-name postgres)
+if [ -n "${TSDB_DSN:-}" ]; then
+    echo "== TimescaleDB: hypertables of 1-day chunks, copy the rows, compress"
+    psql -X -q "$TSDB_DSN" -c "CREATE EXTENSION IF NOT EXISTS timescaledb" >/dev/null
+    for t in $TABLES tags; do psql -X -q "$TSDB_DSN" -c "DROP TABLE IF EXISTS $t CASCADE" 2>/dev/null; done
+    for t in $TABLES; do
+        COLS=$(psql -X -A -t -F ' ' "$SD" -c "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = '$t' ORDER BY ordinal_position" |
+            awk 'NF { name = $1; $1 = ""; sub(/^ /, ""); printf "%s%s %s", sep, name, $0; sep = ", " }')
+        psql -X -q "$TSDB_DSN" -c "CREATE TABLE $t ($COLS)" \
+            -c "SELECT create_hypertable('$t', 'time', chunk_time_interval => INTERVAL '1 day')" >/dev/null
+        psql -X -q "$SD" -c "COPY $t TO STDOUT" | psql -X -q "$TSDB_DSN" -c "COPY $t FROM STDIN"
+        psql -X -q "$TSDB_DSN" -c "CREATE INDEX ON $t ($TAG, time DESC)" \
+            -c "ALTER TABLE $t SET (timescaledb.compress, timescaledb.compress_segmentby = '$TAG', timescaledb.compress_orderby = 'time DESC')" \
+            -c "SELECT count(compress_chunk(c)) FROM show_chunks('$t') c" -c "ANALYZE $t" >/dev/null
+        echo "timescaledb $t rows: $(psql -X -A -t "$TSDB_DSN" -c "SELECT count(*) FROM $t")"
+    done
+    COMPARE+=(--compare-dsn "$TSDB_DSN" --compare-name timescaledb)
+fi
+
 if [ "$DIALECT" = timescaledb ]; then
     # TSBS's TimescaleDB text calls time_bucket: PostgreSQL's equivalent for the
     # widths it uses (minutes, hours, 24 hours; TimescaleDB's origin 2000-01-03).
     psql -X -q "$PG" -c "CREATE FUNCTION time_bucket(interval, timestamptz) RETURNS timestamptz LANGUAGE sql IMMUTABLE AS \$\$ SELECT date_bin(\$1, \$2, TIMESTAMPTZ '2000-01-03 00:00:00+00') \$\$"
 fi
 
-echo "== bench query: --dsn Sundial, --compare-dsn PostgreSQL"
-"$TOOL" bench query --dsn "$SD" --compare-dsn "$PG" --use-case "$USE_CASE" --types "$TYPES" \
+echo "== bench query: --dsn Sundial, --compare-dsn PostgreSQL${TSDB_DSN:+ and TimescaleDB}"
+"$TOOL" bench query --dsn "$SD" "${COMPARE[@]}" --use-case "$USE_CASE" --types "$TYPES" \
     --queries "$QUERIES" --runs "$RUNS" --seed "$SEED" --scale "$SCALE" --dialect "$DIALECT" \
     --timestamp-start "$START" --timestamp-end "$END"

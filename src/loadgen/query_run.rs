@@ -19,10 +19,14 @@ pub struct QueryArgs {
         default_value = "host=127.0.0.1 port=5432 user=postgres dbname=benchmark"
     )]
     pub dsn: String,
-    /// A second server (e.g. PostgreSQL with the same data) to run the same queries on
-    /// and to check the answers against
+    /// Other servers with the same data (PostgreSQL, TimescaleDB compressed, ...) to
+    /// run the same queries on and check the answers against; may be repeated
     #[arg(long)]
-    pub compare_dsn: Option<String>,
+    pub compare_dsn: Vec<String>,
+    /// Names of the `--compare-dsn` servers in the table, in their order (default:
+    /// cmp1, cmp2, ...)
+    #[arg(long)]
+    pub compare_name: Vec<String>,
     /// Data set the queries are for, as TSBS's `--use-case`
     #[arg(long, value_enum, default_value = "cpu-only")]
     pub use_case: UseCase,
@@ -61,7 +65,8 @@ impl Default for QueryArgs {
     fn default() -> Self {
         QueryArgs {
             dsn: "host=127.0.0.1 port=5432 user=postgres dbname=benchmark".into(),
-            compare_dsn: None,
+            compare_dsn: vec![],
+            compare_name: vec![],
             use_case: UseCase::CpuOnly,
             types: "all".into(),
             queries: 20,
@@ -111,19 +116,20 @@ impl QueryError {
     }
 }
 
-/// Which server: the one measured (`--dsn`) or the reference (`--compare-dsn`).
+/// Which server: the one measured (`--dsn`) or a reference (the n-th `--compare-dsn`,
+/// from 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
     Dsn,
-    Compare,
+    Compare(usize),
 }
 
 impl std::fmt::Display for Side {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Side::Dsn => "--dsn",
-            Side::Compare => "--compare-dsn",
-        })
+        match self {
+            Side::Dsn => f.write_str("--dsn"),
+            Side::Compare(i) => write!(f, "--compare-dsn #{}", i + 1),
+        }
     }
 }
 
@@ -184,15 +190,29 @@ pub struct TypeResult {
     pub rows: Vec<usize>,
     /// Timed runs on `--dsn` (`None` when a query of the type failed there).
     pub dsn: Option<Timings>,
-    /// Timed runs on `--compare-dsn`, when given and no query of the type failed there.
-    pub compare: Option<Timings>,
+    /// Timed runs per `--compare-dsn` (`None` where a query of the type failed there).
+    pub compare: Vec<Option<Timings>>,
 }
 
 impl TypeResult {
-    /// Median on `--dsn` over median on `--compare-dsn`.
-    pub fn ratio(&self) -> Option<f64> {
-        let (a, b) = (self.dsn.as_ref()?.median(), self.compare.as_ref()?.median());
+    /// Median on `--dsn` over median on the `i`-th `--compare-dsn`.
+    pub fn ratio(&self, i: usize) -> Option<f64> {
+        let a = self.dsn.as_ref()?.median();
+        let b = self.compare.get(i)?.as_ref()?.median();
         (a > 0.0 && b > 0.0).then(|| a / b)
+    }
+
+    /// Median on `--dsn` over the fastest `--compare-dsn` median.
+    pub fn ratio_to_fastest(&self) -> Option<f64> {
+        let a = self.dsn.as_ref()?.median();
+        let b = self
+            .compare
+            .iter()
+            .flatten()
+            .map(Timings::median)
+            .filter(|m| *m > 0.0)
+            .min_by(f64::total_cmp)?;
+        (a > 0.0).then(|| a / b)
     }
 }
 
@@ -205,10 +225,12 @@ pub struct Failure {
     pub error: String,
 }
 
-/// A query whose answers differ between the two servers.
+/// A query whose answers differ between `--dsn` and a `--compare-dsn`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mismatch {
     pub query_type: &'static str,
+    /// Which `--compare-dsn` (from 0).
+    pub compare: usize,
     pub sql: String,
     pub diff: RowDiff,
 }
@@ -232,17 +254,33 @@ pub struct QueryReport {
     /// Queries run per type and timed runs per query.
     pub queries: usize,
     pub runs: usize,
+    /// Names of the `--compare-dsn` servers.
+    pub compare_names: Vec<String>,
+}
+
+/// Geometric mean of `ratios` (`None` without any).
+fn geometric_mean(ratios: Vec<f64>) -> Option<f64> {
+    if ratios.is_empty() {
+        return None;
+    }
+    let log_sum: f64 = ratios.iter().map(|r| r.ln()).sum();
+    Some((log_sum / ratios.len() as f64).exp())
 }
 
 impl QueryReport {
-    /// Geometric mean of the per-type ratios dsn/compare (`None` without any).
-    pub fn geometric_mean_ratio(&self) -> Option<f64> {
-        let ratios: Vec<f64> = self.types.iter().filter_map(TypeResult::ratio).collect();
-        if ratios.is_empty() {
-            return None;
-        }
-        let log_sum: f64 = ratios.iter().map(|r| r.ln()).sum();
-        Some((log_sum / ratios.len() as f64).exp())
+    /// Geometric mean of the per-type ratios dsn / the `i`-th compare server.
+    pub fn geometric_mean_ratio(&self, i: usize) -> Option<f64> {
+        geometric_mean(self.types.iter().filter_map(|t| t.ratio(i)).collect())
+    }
+
+    /// Geometric mean of the per-type ratios dsn / the fastest compare server.
+    pub fn geometric_mean_to_fastest(&self) -> Option<f64> {
+        geometric_mean(
+            self.types
+                .iter()
+                .filter_map(TypeResult::ratio_to_fastest)
+                .collect(),
+        )
     }
 
     pub fn ok(&self) -> bool {
@@ -452,13 +490,17 @@ pub async fn bench(args: &QueryArgs) -> Result<QueryReport, QueryError> {
     }
     let batches = generate(args)?;
     let dsn = connect(&args.dsn, Side::Dsn).await?;
-    let compare = match &args.compare_dsn {
-        Some(c) => Some(connect(c, Side::Compare).await?),
-        None => None,
-    };
+    let mut compare = Vec::with_capacity(args.compare_dsn.len());
+    for (i, c) in args.compare_dsn.iter().enumerate() {
+        compare.push(connect(c, Side::Compare(i)).await?);
+    }
     if args.use_case == super::UseCase::Iot && args.dialect == queries::Dialect::Timescaledb {
-        let sides =
-            std::iter::once((&dsn, Side::Dsn)).chain(compare.as_ref().map(|c| (c, Side::Compare)));
+        let sides = std::iter::once((&dsn, Side::Dsn)).chain(
+            compare
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c, Side::Compare(i))),
+        );
         for (client, side) in sides {
             for sql in queries::IOT_TAGS_SETUP {
                 client
@@ -474,6 +516,14 @@ pub async fn bench(args: &QueryArgs) -> Result<QueryReport, QueryError> {
     let mut report = QueryReport {
         queries: args.queries,
         runs: args.runs,
+        compare_names: (0..compare.len())
+            .map(|i| {
+                args.compare_name
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| format!("cmp{}", i + 1))
+            })
+            .collect(),
         ..QueryReport::default()
     };
     for (ty, queries) in &batches {
@@ -482,7 +532,7 @@ pub async fn bench(args: &QueryArgs) -> Result<QueryReport, QueryError> {
             query_type: ty.name,
             rows: Vec::new(),
             dsn: None,
-            compare: None,
+            compare: vec![None; compare.len()],
         };
         let main_answers = match warm_up(&dsn, ty, queries, Side::Dsn).await {
             Ok(a) => Some(a),
@@ -491,21 +541,25 @@ pub async fn bench(args: &QueryArgs) -> Result<QueryReport, QueryError> {
                 None
             }
         };
-        let compare_answers = match &compare {
-            Some(c) => match warm_up(c, ty, queries, Side::Compare).await {
+        let mut compare_answers = Vec::with_capacity(compare.len());
+        for (i, c) in compare.iter().enumerate() {
+            compare_answers.push(match warm_up(c, ty, queries, Side::Compare(i)).await {
                 Ok(a) => Some(a),
                 Err(f) => {
                     report.failures.push(f);
                     None
                 }
-            },
-            None => None,
-        };
-        if let (Some(a), Some(b)) = (&main_answers, &compare_answers) {
+            });
+        }
+        for (i, answers) in compare_answers.iter().enumerate() {
+            let (Some(a), Some(b)) = (&main_answers, answers) else {
+                continue;
+            };
             for ((q, x), y) in queries.iter().zip(a).zip(b) {
                 if let Some(diff) = compare_rows(x, y) {
                     report.mismatches.push(Mismatch {
                         query_type: ty.name,
+                        compare: i,
                         sql: q.sql.clone(),
                         diff,
                     });
@@ -519,9 +573,12 @@ pub async fn bench(args: &QueryArgs) -> Result<QueryReport, QueryError> {
                 Err(f) => report.failures.push(f),
             }
         }
-        if let (Some(c), Some(_)) = (&compare, &compare_answers) {
-            match timed(c, ty, queries, args.runs, Side::Compare).await {
-                Ok(t) => result.compare = Some(t),
+        for (i, (c, answers)) in compare.iter().zip(&compare_answers).enumerate() {
+            if answers.is_none() {
+                continue;
+            }
+            match timed(c, ty, queries, args.runs, Side::Compare(i)).await {
+                Ok(t) => result.compare[i] = Some(t),
                 Err(f) => report.failures.push(f),
             }
         }
@@ -547,15 +604,23 @@ fn ms(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
 }
 
-/// The summary table (and the failures and mismatches) as printed by `run`.
-pub fn render(report: &QueryReport, comparing: bool) -> String {
+/// The summary table (and the failures and mismatches) as printed by `run`: per type
+/// the `--dsn` times, then per compare server its median and the ratio, and with
+/// several compare servers the ratio to the fastest of them.
+pub fn render(report: &QueryReport) -> String {
     let mut out = String::new();
+    let names = &report.compare_names;
+    let name = |i: usize| names.get(i).map_or("?", String::as_str);
     for f in &report.failures {
+        let side = match f.side {
+            Side::Compare(i) => format!("{} ({})", f.side, name(i)),
+            Side::Dsn => f.side.to_string(),
+        };
         let _ = writeln!(
             out,
             "FAILED {} on {}: {}\n  query: {}\n",
             f.query_type,
-            f.side,
+            side,
             f.error,
             f.sql.replace('\n', "\n         ")
         );
@@ -564,12 +629,14 @@ pub fn render(report: &QueryReport, comparing: bool) -> String {
         let d = &m.diff;
         let _ = writeln!(
             out,
-            "MISMATCH {}: answers differ at row {} ({} rows on --dsn, {} on --compare-dsn)\n  \
+            "MISMATCH {} ({}): answers differ at row {} ({} rows on --dsn, {} on {})\n  \
              query:         {}\n  dsn row:       {}\n  compare row:   {}\n",
             m.query_type,
+            name(m.compare),
             d.row + 1,
             d.dsn_rows,
             d.compare_rows,
+            name(m.compare),
             m.sql.replace('\n', "\n                 "),
             render_row(&d.dsn),
             render_row(&d.compare),
@@ -585,10 +652,15 @@ pub fn render(report: &QueryReport, comparing: bool) -> String {
         "{:<34} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "query type", "rows/q", "min", "median", "p95", "max"
     );
-    if comparing {
-        let _ = write!(out, " {:>11} {:>9} {:>7}", "cmp median", "cmp p95", "ratio");
+    for n in names {
+        let _ = write!(out, " {:>13} {:>7}", format!("{n} med"), "ratio");
+    }
+    let several = names.len() > 1;
+    if several {
+        let _ = write!(out, " {:>10}", "vs fastest");
     }
     out.push('\n');
+    let ratio = |r: Option<f64>| r.map_or_else(|| "-".into(), |r| format!("{r:.2}"));
     for t in &report.types {
         let rows = if t.rows.is_empty() {
             "-".to_string()
@@ -609,26 +681,39 @@ pub fn render(report: &QueryReport, comparing: bool) -> String {
             ms(d.map(Timings::p95)),
             ms(d.map(Timings::max)),
         );
-        if comparing {
-            let c = t.compare.as_ref();
+        for i in 0..names.len() {
+            let c = t.compare.get(i).and_then(Option::as_ref);
             let _ = write!(
                 out,
-                " {:>11} {:>9} {:>7}",
+                " {:>13} {:>7}",
                 ms(c.map(Timings::median)),
-                ms(c.map(Timings::p95)),
-                t.ratio().map_or_else(|| "-".into(), |r| format!("{r:.2}"))
+                ratio(t.ratio(i))
             );
+        }
+        if several {
+            let _ = write!(out, " {:>10}", ratio(t.ratio_to_fastest()));
         }
         out.push('\n');
     }
-    if comparing {
+    for (i, n) in names.iter().enumerate() {
         let _ = writeln!(
             out,
-            "geometric mean of the ratios (dsn/compare median): {}",
+            "geometric mean of the ratios (dsn/{n} median): {}",
             report
-                .geometric_mean_ratio()
+                .geometric_mean_ratio(i)
                 .map_or_else(|| "-".into(), |r| format!("{r:.3}"))
         );
+    }
+    if several {
+        let _ = writeln!(
+            out,
+            "geometric mean of the ratios to the fastest: {}",
+            report
+                .geometric_mean_to_fastest()
+                .map_or_else(|| "-".into(), |r| format!("{r:.3}"))
+        );
+    }
+    if !names.is_empty() {
         let _ = writeln!(
             out,
             "answers: {} differing, {} failed queries",
@@ -649,7 +734,7 @@ pub async fn run(args: QueryArgs) -> Result<QueryReport, QueryError> {
         return Ok(QueryReport::default());
     }
     let report = bench(&args).await?;
-    print!("{}", render(&report, args.compare_dsn.is_some()));
+    print!("{}", render(&report));
     if report.ok() {
         Ok(report)
     } else {
@@ -721,36 +806,41 @@ mod tests {
         };
         assert_eq!((one.median(), one.p95()), (4.0, 4.0));
         assert_eq!(Timings::default().median(), 0.0);
+        let ms = |v: f64| {
+            Some(Timings {
+                samples_ms: vec![v],
+            })
+        };
         let report = QueryReport {
             types: vec![
                 TypeResult {
                     query_type: "a",
                     rows: vec![1],
-                    dsn: Some(Timings {
-                        samples_ms: vec![2.0],
-                    }),
-                    compare: Some(Timings {
-                        samples_ms: vec![1.0],
-                    }),
+                    dsn: ms(2.0),
+                    compare: vec![ms(1.0), ms(4.0)],
                 },
                 TypeResult {
                     query_type: "b",
                     rows: vec![1],
-                    dsn: Some(Timings {
-                        samples_ms: vec![1.0],
-                    }),
-                    compare: Some(Timings {
-                        samples_ms: vec![8.0],
-                    }),
+                    dsn: ms(1.0),
+                    compare: vec![ms(8.0), ms(0.5)],
                 },
             ],
+            compare_names: vec!["postgres".into(), "timescaledb".into()],
             ..QueryReport::default()
         };
-        let g = report.geometric_mean_ratio().unwrap();
+        let g = report.geometric_mean_ratio(0).unwrap();
         assert!((g - 0.5).abs() < 1e-12, "{g}");
-        let table = render(&report, true);
+        // To the fastest: a 2/1, b 1/0.5.
+        assert_eq!(report.types[1].ratio_to_fastest(), Some(2.0));
+        let f = report.geometric_mean_to_fastest().unwrap();
+        assert!((f - 2.0).abs() < 1e-12, "{f}");
+        let table = render(&report);
         assert!(
-            table.contains("ratio") && table.contains("0.500"),
+            table.contains("timescaledb med")
+                && table.contains("vs fastest")
+                && table.contains("(dsn/postgres median): 0.500")
+                && table.contains("to the fastest: 2.000"),
             "{table}"
         );
     }

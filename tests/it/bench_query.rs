@@ -37,7 +37,7 @@ async fn every_devops_query_type_runs_and_lastpoint_has_a_row_per_host() {
     let args = QueryArgs {
         dsn: srv.conn_str("benchmark"),
         // The same server again: the comparison path must find equal answers.
-        compare_dsn: Some(srv.conn_str("benchmark")),
+        compare_dsn: vec![srv.conn_str("benchmark")],
         use_case: UseCase::CpuOnly,
         queries: 2,
         runs: 1,
@@ -47,16 +47,16 @@ async fn every_devops_query_type_runs_and_lastpoint_has_a_row_per_host() {
         ..QueryArgs::default()
     };
     let report = loadgen::bench(&args).await.expect("bench runs");
-    let table = loadgen::render_report(&report, true);
+    let table = loadgen::render_report(&report);
     assert!(report.ok(), "{table}");
     let names: Vec<&str> = report.types.iter().map(|t| t.query_type).collect();
     let expected: Vec<&str> = loadgen::DEVOPS_TYPES.iter().map(|t| t.name).collect();
     assert_eq!(names, expected);
     for t in &report.types {
         assert_eq!(t.rows.len(), 2, "{}", t.query_type);
-        let (dsn, cmp) = (t.dsn.as_ref().unwrap(), t.compare.as_ref().unwrap());
+        let (dsn, cmp) = (t.dsn.as_ref().unwrap(), t.compare[0].as_ref().unwrap());
         assert_eq!((dsn.samples_ms.len(), cmp.samples_ms.len()), (2, 2));
-        assert!(t.ratio().is_some(), "{table}");
+        assert!(t.ratio(0).is_some(), "{table}");
     }
     let rows = |name: &str| -> Vec<usize> {
         report
@@ -77,7 +77,7 @@ async fn every_devops_query_type_runs_and_lastpoint_has_a_row_per_host() {
     );
     // 12-hour windows do not fit in 6 hours of data: they cover all of it.
     assert_eq!(rows("double-groupby-1"), [6 * HOSTS as usize; 2], "{table}");
-    assert!(report.geometric_mean_ratio().is_some());
+    assert!(report.geometric_mean_ratio(0).is_some());
 }
 
 /// The iot queries in TSBS's TimescaleDB text (`--dialect timescaledb`): the tags
@@ -93,7 +93,7 @@ async fn iot_queries_run_in_timescaledb_text() {
     let client = srv.connect("benchmark").await;
     let args = |dialect| QueryArgs {
         dsn: srv.conn_str("benchmark"),
-        compare_dsn: Some(srv.conn_str("benchmark")),
+        compare_dsn: vec![srv.conn_str("benchmark")],
         use_case: UseCase::Iot,
         queries: 2,
         runs: 1,
@@ -106,7 +106,7 @@ async fn iot_queries_run_in_timescaledb_text() {
     let tsdb = loadgen::bench(&args(loadgen::Dialect::Timescaledb))
         .await
         .expect("bench runs");
-    let table = loadgen::render_report(&tsdb, true);
+    let table = loadgen::render_report(&tsdb);
     assert!(tsdb.ok(), "{table}");
     assert_eq!(tsdb.types.len(), loadgen::IOT_TYPES.len(), "{table}");
     let tags = text_rows(&client, "SELECT count(*) FROM tags").await;
