@@ -32,10 +32,12 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::StreamExt;
 
-use super::provider::{HypertableProvider, kept_sources, select_columns};
+use super::provider::{HypertableProvider, dirty_ranges, kept_sources, select_columns};
 use super::variant::{ScanVariant, hypertable_of, leaf_plan_methods, one_partition, rewire_scans};
+use crate::catalog::FileMeta;
 use crate::storage;
 use crate::storage::derived_rows::DerivedRows;
+use crate::write::MemBatch;
 
 /// Largest `n` (rows per series, or `LIMIT k`) the rule serves.
 const MAX_N: usize = 10_000;
@@ -496,6 +498,26 @@ impl ScanVariant for NewestRowsScan {
                 }
             }
         }
+        // Sources that overlap in time (or a memtable batch holding a point twice) may
+        // hold one point twice: only then do the picked rows need merging.
+        let kept_files: Vec<&FileMeta> = table
+            .files
+            .iter()
+            .zip(&keep_files)
+            .filter(|(_, k)| **k)
+            .map(|(f, _)| f)
+            .collect();
+        let kept_mem: Vec<&MemBatch> = view
+            .mem
+            .iter()
+            .zip(&keep_mem)
+            .filter(|(_, k)| **k)
+            .flat_map(|((_, b), _)| b.iter())
+            .collect();
+        let overlapping = !dirty_ranges(&table, &kept_files, &kept_mem).is_empty();
+        let dedup = storage::dedup::key_indices(&table, &schema)
+            .filter(|_| overlapping)
+            .map(|k| (k, !table.merges_fields()));
         let props = one_partition(schema.clone());
         let exec: Arc<dyn ExecutionPlan> = Arc::new(LatestRowsExec {
             table: table.name.clone(),
@@ -504,8 +526,7 @@ impl ScanVariant for NewestRowsScan {
             unit,
             time,
             per,
-            dedup: storage::dedup::key_indices(&table, &schema)
-                .map(|k| (k, !table.merges_fields())),
+            dedup,
             what,
             cache,
             sources,
@@ -574,14 +595,19 @@ impl DisplayAs for LatestRowsExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "LatestRowsExec: table={}, newest={} per ({}), files={} (rows kept for {}), files_pruned={}, memtable_batches={}",
+            "LatestRowsExec: table={}, newest={} per ({}), files={} (rows kept for {}), files_pruned={}, memtable_batches={}{}",
             self.table,
             self.per,
             self.unit_names.join(", "),
             self.files,
             self.cached,
             self.files_pruned,
-            self.mem_batches
+            self.mem_batches,
+            if self.dedup.is_some() {
+                ", merging overlapping sources"
+            } else {
+                ""
+            },
         )
     }
 }
