@@ -30,6 +30,7 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 
+use super::leaf::leaf_plan_methods;
 use crate::catalog::FileMeta;
 use crate::storage::decoded::{DecodedColumn, DecodedColumns, GRANULE_ROWS, granule_span};
 
@@ -391,25 +392,7 @@ impl ExecutionPlan for CachedScanExec {
         &self.props
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(
-            &Arc<dyn PhysicalExpr>,
-        ) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion>,
-    ) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion> {
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(self)
-    }
+    leaf_plan_methods!();
 
     fn execute(
         &self,

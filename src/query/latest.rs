@@ -32,12 +32,10 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::StreamExt;
 
-use super::provider::{HypertableProvider, dirty_ranges, kept_sources, select_columns};
+use super::provider::{HypertableProvider, dirty_ranges, kept, kept_sources, select_columns};
 use super::variant::{ScanVariant, hypertable_of, leaf_plan_methods, one_partition, rewire_scans};
-use crate::catalog::FileMeta;
 use crate::storage;
 use crate::storage::derived_rows::DerivedRows;
-use crate::write::MemBatch;
 
 /// Largest `n` (rows per series, or `LIMIT k`) the rule serves.
 const MAX_N: usize = 10_000;
@@ -500,20 +498,7 @@ impl ScanVariant for NewestRowsScan {
         }
         // Sources that overlap in time (or a memtable batch holding a point twice) may
         // hold one point twice: only then do the picked rows need merging.
-        let kept_files: Vec<&FileMeta> = table
-            .files
-            .iter()
-            .zip(&keep_files)
-            .filter(|(_, k)| **k)
-            .map(|(f, _)| f)
-            .collect();
-        let kept_mem: Vec<&MemBatch> = view
-            .mem
-            .iter()
-            .zip(&keep_mem)
-            .filter(|(_, k)| **k)
-            .flat_map(|((_, b), _)| b.iter())
-            .collect();
+        let (kept_files, kept_mem) = kept(&table, &view.mem, &keep_files, &keep_mem);
         let overlapping = !dirty_ranges(&table, &kept_files, &kept_mem).is_empty();
         let dedup = storage::dedup::key_indices(&table, &schema)
             .filter(|_| overlapping)

@@ -10,6 +10,7 @@ pub mod cached_scan;
 pub mod context;
 pub mod dedup;
 pub mod latest;
+pub mod leaf;
 pub mod newest_buckets;
 pub mod provider;
 pub mod rowset;

@@ -1016,20 +1016,7 @@ impl HypertableProvider {
         for (keep, skip) in keep_files.iter_mut().zip(skip) {
             *keep &= !*skip;
         }
-        let files: Vec<&FileMeta> = table
-            .files
-            .iter()
-            .zip(&keep_files)
-            .filter(|(_, k)| **k)
-            .map(|(f, _)| f)
-            .collect();
-        let mem: Vec<&MemBatch> = view
-            .mem
-            .iter()
-            .zip(&keep_mem)
-            .filter(|(_, k)| **k)
-            .flat_map(|((_, b), _)| b.iter())
-            .collect();
+        let (files, mem) = kept(&table, &view.mem, &keep_files, &keep_mem);
 
         let dirty = match storage::dedup::key_indices(&table, &schema) {
             Some(_) => dirty_ranges(&table, &files, &mem),
@@ -1189,6 +1176,29 @@ pub(crate) fn kept_sources(
         .collect();
     let keep_mem = prune(pruning.as_deref(), &FileStats::new(&schema, &mem_meta));
     Ok((keep_files, keep_mem))
+}
+
+/// The files of `table` and the batches of the memtable chunks `mem` marked kept.
+pub(crate) fn kept<'a>(
+    table: &'a TableDef,
+    mem: &'a [(i64, Vec<MemBatch>)],
+    keep_files: &[bool],
+    keep_mem: &[bool],
+) -> (Vec<&'a FileMeta>, Vec<&'a MemBatch>) {
+    let files = table
+        .files
+        .iter()
+        .zip(keep_files)
+        .filter(|(_, k)| **k)
+        .map(|(f, _)| f)
+        .collect();
+    let batches = mem
+        .iter()
+        .zip(keep_mem)
+        .filter(|(_, k)| **k)
+        .flat_map(|((_, b), _)| b.iter())
+        .collect();
+    (files, batches)
 }
 
 /// Statistics of an in-memory chunk: its time range, nothing else.

@@ -4,17 +4,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{TestServer, cells, text_rows};
-
-async fn physical_plan(client: &tokio_postgres::Client, sql: &str) -> String {
-    text_rows(client, &format!("EXPLAIN {sql}"))
-        .await
-        .iter()
-        .filter(|r| r[0].as_deref() == Some("physical_plan"))
-        .filter_map(|r| r[1].clone())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
+use crate::harness::{TestServer, cells, physical_plan, text_rows};
 
 const QUERIES: &[&str] = &[
     "SELECT count(*), count(host), count(v), sum(n) FROM m",

@@ -280,6 +280,17 @@ pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<Op
     out
 }
 
+/// The physical plan EXPLAIN gives for `sql`, one line per node.
+pub async fn physical_plan(client: &tokio_postgres::Client, sql: &str) -> String {
+    text_rows(client, &format!("EXPLAIN {sql}"))
+        .await
+        .iter()
+        .filter(|r| r[0].as_deref() == Some("physical_plan"))
+        .filter_map(|r| r[1].clone())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Rows as text, `NULL` for a NULL.
 pub fn cells(rows: Vec<Vec<Option<String>>>) -> Vec<Vec<String>> {
     rows.into_iter()

@@ -2,17 +2,7 @@
 //! statistics put every row inside the range is read without its time column and
 //! without a filter; files and memtable rows that straddle the range are filtered.
 
-use crate::harness::{TestServer, cells, text_rows};
-
-async fn physical_plan(client: &tokio_postgres::Client, sql: &str) -> String {
-    text_rows(client, &format!("EXPLAIN {sql}"))
-        .await
-        .iter()
-        .filter(|r| r[0].as_deref() == Some("physical_plan"))
-        .filter_map(|r| r[1].clone())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
+use crate::harness::{TestServer, cells, physical_plan, text_rows};
 
 async fn one_row(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     let rows = text_rows(client, sql).await;
