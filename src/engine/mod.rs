@@ -720,6 +720,7 @@ impl Engine {
 
     async fn delete_files_now(&self, t: &TableDef) {
         for f in &t.files {
+            self.decoded.forget(&f.path);
             let path = object_store::path::Path::from(f.path.as_str());
             if let Err(e) = self.store.delete(&path).await {
                 tracing::warn!(path = %f.path, error = %e, "could not delete chunk file");
@@ -894,9 +895,11 @@ impl Engine {
     /// Deletes replaced or dropped files once queries that planned with them are done.
     fn delete_later(&self, paths: Vec<String>) {
         let store = self.store.clone();
+        let decoded = self.decoded.clone();
         self.background
             .spawn_deferred(rewrite::DELETE_DELAY, async move {
                 for p in paths {
+                    decoded.forget(&p);
                     if let Err(e) = store
                         .delete(&object_store::path::Path::from(p.as_str()))
                         .await

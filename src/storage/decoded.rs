@@ -269,6 +269,22 @@ impl DecodedColumns {
         }
     }
 
+    /// Drops every column kept for the file at `path` (deleted: never read again).
+    pub fn forget(&self, path: &str) {
+        let mut g = self.inner.lock();
+        let keys: Vec<Key> = g
+            .entries
+            .iter()
+            .filter(|(k, _)| k.0 == path)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            if let Some(old) = g.entries.pop(&k) {
+                g.bytes = g.bytes.saturating_sub(old.bytes());
+            }
+        }
+    }
+
     pub fn stats(&self) -> CacheStats {
         let g = self.inner.lock();
         CacheStats {
@@ -341,6 +357,9 @@ mod tests {
         assert!(c.get("f2", &["a"]).is_none());
         assert!(c.get("f1", &["a"]).is_some());
         assert!(c.stats().bytes <= size * 4);
-        assert_eq!(c.stats().entries, 4);
+        c.forget("f1");
+        assert!(c.get("f1", &["a"]).is_none());
+        assert_eq!(c.stats().bytes, size * 3);
+        assert_eq!(c.stats().entries, 3);
     }
 }
