@@ -265,13 +265,42 @@ pub struct CachedScanExec {
     granules: usize,
     rows: usize,
     limit: Option<usize>,
+    /// Rows the scan keeps itself: the predicate over the kept columns (the
+    /// schema `read`), then the positions of the output columns among them.
+    filter: Option<RowFilter>,
     props: Arc<PlanProperties>,
+}
+
+/// A predicate a [`CachedScanExec`] applies to its rows (see `filter`).
+#[derive(Debug)]
+struct RowFilter {
+    predicate: Arc<dyn PhysicalExpr>,
+    read: SchemaRef,
+    output: Vec<usize>,
+}
+
+impl RowFilter {
+    /// The rows of `columns` (the kept columns, `len` rows) the predicate keeps,
+    /// as the output columns.
+    fn apply(&self, columns: Vec<ArrayRef>, len: usize) -> DfResult<RecordBatch> {
+        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(len));
+        let batch = RecordBatch::try_new_with_options(self.read.clone(), columns, &options)?;
+        let mask = self.predicate.evaluate(&batch)?.into_array(len)?;
+        let mask = arrow::array::AsArray::as_boolean_opt(mask.as_ref()).ok_or_else(|| {
+            DataFusionError::Internal("a scan filter did not give booleans".into())
+        })?;
+        let kept = arrow::compute::filter_record_batch(&batch, mask)?;
+        Ok(kept.project(&self.output)?)
+    }
 }
 
 impl CachedScanExec {
     /// A scan of `files` (their columns named `read`, of which `output` are emitted,
     /// as positions in `read`) keeping the granules `predicate` (over the table's
-    /// schema `table_schema`) may match, over at most `partitions` partitions.
+    /// schema `table_schema`) may match, over at most `partitions` partitions. With
+    /// `filter` (over the `read` columns) the scan keeps only the rows it is true
+    /// for, so that no FilterExec and projection need planning above it.
+    #[allow(clippy::too_many_arguments)]
     pub fn try_new(
         table_schema: &SchemaRef,
         files: Vec<CachedFile<'_>>,
@@ -280,6 +309,7 @@ impl CachedScanExec {
         predicate: Option<&Arc<dyn PhysicalExpr>>,
         limit: Option<usize>,
         partitions: usize,
+        filter: Option<Arc<dyn PhysicalExpr>>,
     ) -> DfResult<CachedScanExec> {
         let fields: Vec<_> = output
             .iter()
@@ -330,13 +360,28 @@ impl CachedScanExec {
                     at += len;
                 }
             }
-            out_files.push(
-                output
+            out_files.push(match &filter {
+                Some(_) => f.columns.iter().map(|c| c.values.clone()).collect(),
+                None => output
                     .iter()
                     .map(|i| f.columns[*i].values.clone())
                     .collect::<Vec<_>>(),
-            );
+            });
         }
+        let filter = match filter {
+            Some(predicate) => {
+                let fields: Vec<_> = read
+                    .iter()
+                    .map(|n| table_schema.field_with_name(n).cloned())
+                    .collect::<Result<_, _>>()?;
+                Some(RowFilter {
+                    predicate,
+                    read: Arc::new(arrow::datatypes::Schema::new(fields)),
+                    output: output.to_vec(),
+                })
+            }
+            None => None,
+        };
         // Small scans stay in one partition; larger ones spread over the cores.
         let n = if rows > 4 * BATCH_ROWS && limit.is_none() {
             partitions.clamp(1, pieces.len().max(1))
@@ -361,6 +406,7 @@ impl CachedScanExec {
             granules,
             rows,
             limit,
+            filter,
             props,
         })
     }
@@ -378,6 +424,9 @@ impl DisplayAs for CachedScanExec {
         )?;
         if let Some(l) = self.limit {
             write!(f, ", limit={l}")?;
+        }
+        if let Some(r) = &self.filter {
+            write!(f, ", filter={}", r.predicate)?;
         }
         Ok(())
     }
@@ -404,22 +453,46 @@ impl ExecutionPlan for CachedScanExec {
         })?;
         let files = self.files.clone();
         let schema = self.schema.clone();
+        let filter = self.filter.as_ref().map(|f| RowFilter {
+            predicate: f.predicate.clone(),
+            read: f.read.clone(),
+            output: f.output.clone(),
+        });
         let mut left = self.limit.unwrap_or(usize::MAX);
-        let batches = pieces.into_iter().map_while(move |(f, start, len)| {
+        let batches = pieces.into_iter().filter_map(move |(f, start, len)| {
             if left == 0 {
                 return None;
             }
-            let len = len.min(left);
-            left -= len;
-            let columns: Vec<ArrayRef> = files[f].iter().map(|a| a.slice(start, len)).collect();
-            Some(
-                RecordBatch::try_new_with_options(
-                    schema.clone(),
-                    columns,
-                    &arrow::array::RecordBatchOptions::new().with_row_count(Some(len)),
-                )
-                .map_err(DataFusionError::from),
-            )
+            let batch = match &filter {
+                None => {
+                    let len = len.min(left);
+                    let columns = files[f].iter().map(|a| a.slice(start, len)).collect();
+                    RecordBatch::try_new_with_options(
+                        schema.clone(),
+                        columns,
+                        &arrow::array::RecordBatchOptions::new().with_row_count(Some(len)),
+                    )
+                    .map_err(DataFusionError::from)
+                }
+                Some(r) => {
+                    let columns = files[f].iter().map(|a| a.slice(start, len)).collect();
+                    r.apply(columns, len).map(|b| {
+                        let n = b.num_rows().min(left);
+                        b.slice(0, n)
+                    })
+                }
+            };
+            match batch {
+                Ok(b) if b.num_rows() == 0 => None,
+                Ok(b) => {
+                    left -= b.num_rows();
+                    Some(Ok(b))
+                }
+                Err(e) => {
+                    left = 0;
+                    Some(Err(e))
+                }
+            }
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),

@@ -278,7 +278,7 @@ impl HypertableProvider {
         if !hit.is_empty() {
             let output: Vec<usize> = (0..wanted.len()).collect();
             inputs.push(Arc::new(CachedScanExec::try_new(
-                schema, hit, &names, &output, physical, limit, partitions,
+                schema, hit, &names, &output, physical, limit, partitions, None,
             )?));
         }
         if !miss.is_empty() {
@@ -297,6 +297,74 @@ impl HypertableProvider {
             1 => Ok(inputs.remove(0)),
             _ => UnionExec::try_new(inputs),
         }
+    }
+
+    /// `files` as one [`CachedScanExec`] that keeps the rows `exact` is true for
+    /// itself, when every file's columns are kept decoded (None otherwise, noting
+    /// nothing: the caller's [`Self::file_scan`] counts the request). Planning a
+    /// FilterExec and a projection above a scan costs more than a small scan.
+    #[allow(clippy::too_many_arguments)]
+    fn cached_filtered(
+        &self,
+        state: &dyn Session,
+        schema: &SchemaRef,
+        files: &[&FileMeta],
+        projection: Option<&Vec<usize>>,
+        physical: Option<&Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+        exact: &Expr,
+        limit: Option<usize>,
+    ) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+        let cache = self.engine.decoded();
+        let allowed = state
+            .config()
+            .get_extension::<DecodedScans>()
+            .is_none_or(|d| d.0);
+        if !allowed || !cache.enabled() || files.is_empty() {
+            return Ok(None);
+        }
+        let wanted: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..schema.fields().len()).collect(),
+        };
+        let mut read = wanted.clone();
+        let mut add = |i: usize| {
+            if !read.contains(&i) {
+                read.push(i);
+            }
+        };
+        if let Some(p) = physical {
+            for c in datafusion::physical_expr::utils::collect_columns(p) {
+                add(c.index());
+            }
+        }
+        for c in exact.column_refs() {
+            add(schema.index_of(&c.name)?);
+        }
+        let names: Vec<&str> = read
+            .iter()
+            .map(|i| schema.field(*i).name().as_str())
+            .collect();
+        let mut hits = Vec::with_capacity(files.len());
+        for f in files {
+            match cache.get(&f.path, &names) {
+                Some(columns) => hits.push(cached_scan::CachedFile { file: f, columns }),
+                None => return Ok(None),
+            }
+        }
+        let read_schema = DFSchema::try_from(schema.project(&read)?)?;
+        let filter = state.create_physical_expr(exact.clone(), &read_schema)?;
+        let output: Vec<usize> = (0..wanted.len()).collect();
+        let partitions = state.config().target_partitions().max(1);
+        Ok(Some(Arc::new(CachedScanExec::try_new(
+            schema,
+            hits,
+            &names,
+            &output,
+            physical,
+            limit,
+            partitions,
+            Some(filter),
+        )?)))
     }
 
     /// A Parquet scan of `files` spread over `partitions` file groups. File footers
@@ -1075,7 +1143,21 @@ impl HypertableProvider {
                         false,
                     )?);
                 }
-                if !partly.is_empty() || !mem.is_empty() || inputs.is_empty() {
+                let cached = match mem.is_empty() {
+                    true => self.cached_filtered(
+                        state,
+                        &schema,
+                        &partly,
+                        projection,
+                        physical.as_ref(),
+                        exact,
+                        limit,
+                    )?,
+                    false => None,
+                };
+                if let Some(scan) = cached {
+                    inputs.push(scan);
+                } else if !partly.is_empty() || !mem.is_empty() || inputs.is_empty() {
                     // Read the filter's columns too, filter, then drop them again.
                     let wanted: Vec<usize> = match projection {
                         Some(p) => p.clone(),

@@ -18,7 +18,16 @@ const QUERIES: &[&str] = &[
     "SELECT time_bucket('6 hours', time) AS b, count(*), avg(n) FROM m GROUP BY b ORDER BY b",
     "SELECT * FROM m WHERE n % 997 = 0 ORDER BY time, host",
     "SELECT host, n FROM m WHERE time = '2024-01-03 12:00:00+00' ORDER BY host",
+    // windows inside the first day, which has no memtable rows: the decoded scan
+    // applies the time filter itself
+    "SELECT count(*), sum(n), max(v), count(host) FROM m WHERE time >= '2024-01-01 05:00:00+00' AND time < '2024-01-01 07:30:00+00'",
+    "SELECT time, n FROM m WHERE time >= '2024-01-01 05:00:00+00' AND time < '2024-01-01 09:00:00+00' AND host = 'h2' ORDER BY time DESC LIMIT 3",
+    "SELECT count(*) FROM (SELECT n FROM m WHERE time > '2024-01-01 10:00:00+00' AND time <= '2024-01-01 10:25:00+00' LIMIT 10) s",
+    "SELECT count(*) FROM m WHERE time >= '2024-01-01 10:00:00+00' AND time < '2024-01-01 10:00:00+00'",
 ];
+
+/// The query of [`QUERIES`] whose decoded scan filters its rows itself.
+const FILTERED: usize = 11;
 
 #[tokio::test]
 async fn decoded_scans_answer_as_parquet_scans() {
@@ -58,6 +67,7 @@ async fn decoded_scans_answer_as_parquet_scans() {
         );
     }
     assert!(!want[2].is_empty() && !want[3].is_empty() && !want[10].is_empty());
+    assert_eq!(want[13], vec![vec!["10".to_string()]]);
 
     client
         .batch_execute("SET sundial.decoded_scans = on")
@@ -89,6 +99,11 @@ async fn decoded_scans_answer_as_parquet_scans() {
         );
         assert_eq!(&cells(text_rows(&client, q).await), w, "{q}");
     }
+    let plan = physical_plan(&client, QUERIES[FILTERED]).await;
+    assert!(
+        plan.contains("CachedScanExec") && plan.contains("filter=") && !plan.contains("FilterExec"),
+        "{plan}"
+    );
     // A narrow window keeps a few granules of one file.
     let plan = physical_plan(&client, QUERIES[2]).await;
     let granules = plan
