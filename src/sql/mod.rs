@@ -123,9 +123,14 @@ impl Step {
     pub fn read_only(&self) -> bool {
         match self {
             Step::Cached(_) => true,
-            Step::WholeQuery(stmt, _) | Step::Explain(stmt, _) => {
+            Step::WholeQuery(stmt, _)
+            | Step::Explain(stmt, _)
+            | Step::Statement(stmt @ Statement::Query(_)) => {
                 let text = stmt.to_string().to_ascii_lowercase();
-                !text.contains(" into ")
+                // (a data-modifying WITH included)
+                ![" into ", "delete ", "update ", "truncate "]
+                    .iter()
+                    .any(|w| text.contains(w))
                     && !ddl::FUNCTIONS
                         .iter()
                         .chain(chunks::FUNCTIONS.iter())

@@ -118,6 +118,37 @@ async fn statement_timeout_stops_a_long_query() {
     alive(&server).await;
 }
 
+/// PostgreSQL 13 on times each statement of a Query message by itself, with the
+/// setting the statements before it left.
+#[tokio::test]
+async fn statement_timeout_set_earlier_in_the_same_message_stops_the_query() {
+    let server = TestServer::start();
+    let client = server.connect("sundial").await;
+    let e = client
+        .simple_query(
+            "SET statement_timeout = '300ms'; \
+             SELECT count(*) FROM generate_series(1, 1000000) a, generate_series(1, 1000000) b",
+        )
+        .await
+        .err();
+    assert_eq!(e.as_ref().and_then(code), Some("57014"), "{e:?}");
+    client
+        .batch_execute("SET statement_timeout = 0")
+        .await
+        .expect("reset statement_timeout");
+    // A later statement of the message is timed from its own start.
+    let e = client
+        .simple_query(
+            "SELECT 1; SET statement_timeout = '300ms'; SELECT 2; \
+             SELECT count(*) FROM generate_series(1, 1000000) a, generate_series(1, 1000000) b",
+        )
+        .await
+        .err();
+    assert_eq!(e.as_ref().and_then(code), Some("57014"), "{e:?}");
+    assert_eq!(cells(text_rows(&client, "SELECT 3").await), vec![vec!["3"]]);
+    alive(&server).await;
+}
+
 #[tokio::test]
 async fn cancel_stops_a_query_that_computes_without_pause() {
     let server = TestServer::start();

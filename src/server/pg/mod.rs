@@ -90,6 +90,9 @@ struct Conn {
     /// a CancelRequest), and the timer that does it.
     timed_out: Arc<std::sync::atomic::AtomicBool>,
     timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The runtime serving the connection, where timers run: the statement runtime's
+    /// workers may all be inside computations that do not yield.
+    home: tokio::runtime::Handle,
     /// Whether the running statement only reads (its task may be abandoned).
     read_only: std::sync::atomic::AtomicBool,
     /// A `COPY ... FROM STDIN` receiving data.
@@ -260,6 +263,7 @@ impl Handler {
             cancel: Mutex::new(CancellationToken::new()),
             timed_out: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             timer: Mutex::new(None),
+            home: tokio::runtime::Handle::current(),
             read_only: std::sync::atomic::AtomicBool::new(false),
             copy: Mutex::new(None),
         });
@@ -554,6 +558,14 @@ fn fresh_cancel(c: &Conn) {
         .store(false, std::sync::atomic::Ordering::SeqCst);
     c.read_only
         .store(false, std::sync::atomic::Ordering::SeqCst);
+    arm_timeout(c);
+}
+
+/// (Re)starts the statement_timeout timer from the session's setting now: when it
+/// fires it cancels the statement's token. PostgreSQL (13 on) times each statement of
+/// a Query message by itself, with the setting the statements before it left.
+fn arm_timeout(c: &Conn) {
+    let token = c.cancel.lock().clone();
     let mut timer = c.timer.lock();
     if let Some(t) = timer.take() {
         t.abort();
@@ -566,7 +578,7 @@ fn fresh_cancel(c: &Conn) {
         .and_then(|v| sql::session::duration_setting(v));
     if let Some(limit) = limit.filter(|d| !d.is_zero()) {
         let flag = c.timed_out.clone();
-        *timer = Some(tokio::spawn(async move {
+        *timer = Some(c.home.spawn(async move {
             tokio::time::sleep(limit).await;
             flag.store(true, std::sync::atomic::Ordering::SeqCst);
             token.cancel();
@@ -591,9 +603,9 @@ fn operator_panicked() -> datafusion::error::DataFusionError {
 }
 
 /// A task aborted when its handle is dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+struct AbortOnDrop<T = ()>(tokio::task::JoinHandle<T>);
 
-impl Drop for AbortOnDrop {
+impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
@@ -785,8 +797,12 @@ async fn run_simple(c: Arc<Conn>, query: String) -> PgWireResult<Vec<Response>> 
     if steps.is_empty() {
         return Ok(vec![Response::EmptyQuery]);
     }
+    // One statement: a cancel abandons the whole task (`on_statement_runtime`). With
+    // several, each read-only one is abandoned by itself below, so that the task goes
+    // on to end the implicit transaction (rolling back what came before).
+    let several = steps.len() > 1;
     c.read_only.store(
-        steps.iter().all(sql::Step::read_only),
+        !several && steps.iter().all(sql::Step::read_only),
         std::sync::atomic::Ordering::SeqCst,
     );
     let implicit = c.session.implicit_transaction(&steps);
@@ -795,36 +811,16 @@ async fn run_simple(c: Arc<Conn>, query: String) -> PgWireResult<Vec<Response>> 
     }
     let mut out = vec![];
     let mut ok = true;
-    for step in steps {
+    for (i, step) in steps.into_iter().enumerate() {
+        if i > 0 {
+            arm_timeout(&c);
+        }
         let started = std::time::Instant::now();
-        let res = std::panic::AssertUnwindSafe(c.session.run_step(step))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|_| Err(Error::Internal("the statement failed unexpectedly".into())));
-        // Inside the implicit transaction a query's rows are read now: an error
-        // in them (a division by zero) must roll back the statements before it.
-        let res = match res {
-            Ok(sql::Output::Rows(schema, stream)) if implicit => {
-                use futures::TryStreamExt;
-                std::panic::AssertUnwindSafe(stream.try_collect::<Vec<_>>())
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(|_| Err(operator_panicked()))
-                    .map_err(Error::from)
-                    .map(|batches| {
-                        let again =
-                            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
-                                schema.clone(),
-                                futures::stream::iter(batches.into_iter().map(Ok)),
-                            );
-                        sql::Output::Rows(schema, Box::pin(again))
-                    })
-            }
-            other => other,
-        };
-        let res = match res {
-            Ok(o) => Ok(settled(o).await),
-            Err(e) => Err(e),
+        let abandon = several && step.read_only();
+        let work = run_one(c.clone(), step, implicit);
+        let res = match abandon {
+            true => abandonable(&c, work).await,
+            false => work.await,
         };
         metrics.sql_query(started.elapsed(), res.is_err());
         match res {
@@ -843,6 +839,51 @@ async fn run_simple(c: Arc<Conn>, query: String) -> PgWireResult<Vec<Response>> 
         out.push(Response::Error(Box::new(err_info(e))));
     }
     Ok(out)
+}
+
+/// One statement of a Query message, its rows read at once inside the implicit
+/// transaction (an error in them, a division by zero, must roll back the statements
+/// before it), else as far as [`settled`] reads them.
+async fn run_one(c: Arc<Conn>, step: sql::Step, implicit: bool) -> Result<Output, Error> {
+    let res = std::panic::AssertUnwindSafe(c.session.run_step(step))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(Error::Internal("the statement failed unexpectedly".into())));
+    match res {
+        Ok(Output::Rows(schema, stream)) if implicit => {
+            use futures::TryStreamExt;
+            std::panic::AssertUnwindSafe(stream.try_collect::<Vec<_>>())
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err(operator_panicked()))
+                .map_err(Error::from)
+                .map(|batches| {
+                    let again = datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                        schema.clone(),
+                        futures::stream::iter(batches.into_iter().map(Ok)),
+                    );
+                    Output::Rows(schema, Box::pin(again))
+                })
+        }
+        Ok(o) => Ok(settled(o).await),
+        Err(e) => Err(e),
+    }
+}
+
+/// `work` in a task of its own on the statement runtime, abandoned (57014) when the
+/// statement is canceled or times out, even inside a computation that does not yield.
+async fn abandonable(
+    c: &Conn,
+    work: impl std::future::Future<Output = Result<Output, Error>> + Send + 'static,
+) -> Result<Output, Error> {
+    let token = c.cancel.lock().clone();
+    let mut task = AbortOnDrop(crate::query::runtime::handle().spawn(work));
+    tokio::select! {
+        r = &mut task.0 => r.unwrap_or_else(|_| {
+            Err(Error::Internal("the statement failed unexpectedly".into()))
+        }),
+        _ = token.cancelled() => Err(canceled(&c.timed_out)),
+    }
 }
 
 fn err_info(e: Error) -> ErrorInfo {
