@@ -263,6 +263,37 @@ async fn postgres_connections_past_the_limit_get_53300() {
     assert_eq!(cells(text_rows(&again, "SELECT 2").await), vec![vec!["2"]]);
 }
 
+/// Sockets that never send a startup packet hold no place under the connection
+/// limit (real logins get in beside them), and are closed after a few seconds.
+#[tokio::test]
+async fn silent_sockets_hold_no_connection_slot_and_are_cut_off() {
+    use tokio::io::AsyncReadExt;
+    let server = TestServer::start_with_args(&["--max-connections", "2"], &[]);
+    let addr = server.pg_addr.clone();
+    let mut silent = vec![];
+    for _ in 0..20 {
+        silent.push(
+            tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect a silent socket"),
+        );
+    }
+    let first = server.connect("sundial").await;
+    let second = server.connect("sundial").await;
+    assert_eq!(cells(text_rows(&first, "SELECT 1").await), vec![vec!["1"]]);
+    assert_eq!(cells(text_rows(&second, "SELECT 2").await), vec![vec!["2"]]);
+    // The limit still holds for logins.
+    let err = match tokio_postgres::connect(&server.conn_str("sundial"), NoTls).await {
+        Ok(_) => panic!("a third login was accepted past max_connections 2"),
+        Err(e) => e,
+    };
+    assert_eq!(code(&err), Some("53300"), "{err:?}");
+    // The server closes a silent socket: reading it ends (0 bytes), it never hangs.
+    let mut buf = [0u8; 16];
+    let n = silent[0].read(&mut buf).await.unwrap_or(0);
+    assert_eq!(n, 0, "a silent socket got {n} bytes");
+}
+
 /// Past `--lp-max-connections` the HTTP port answers 503 with Retry-After, and a
 /// connection idle for `--lp-idle-timeout` is closed, freeing its slot.
 #[tokio::test]

@@ -17,25 +17,34 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::{AbortOnDrop, Conn, ConnRef, Handler};
 
-/// A client must finish startup (and authentication) within this time.
+/// A client must finish startup (and authentication) within this time
+/// (PostgreSQL's `authentication_timeout`).
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// ... and send its first message (SSLRequest, startup packet or CancelRequest)
+/// within this one: drivers send it at once, a silent socket is cut off.
+const FIRST_MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves one client until it leaves. `slot` is its place under the connection
-/// limit, `None` when the limit is reached: then only a CancelRequest is served and
-/// a startup gets FATAL 53300, as PostgreSQL answers past `max_connections`.
+/// Serves one client until it leaves. Its place under the connection limit is taken
+/// from `slots` when its startup packet arrives, so that sockets that never send one
+/// hold no place; with none free a startup gets FATAL 53300, as PostgreSQL answers
+/// past `max_connections` (a CancelRequest needs none).
 pub(super) async fn serve(
     sock: TcpStream,
     h: Arc<Handler>,
-    slot: Option<OwnedSemaphorePermit>,
+    slots: Arc<tokio::sync::Semaphore>,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> std::io::Result<()> {
     let startup = tokio::time::sleep(STARTUP_TIMEOUT);
     tokio::pin!(startup);
+    let first = tokio::time::sleep(FIRST_MESSAGE_TIMEOUT);
+    tokio::pin!(first);
+    let mut slot: Option<OwnedSemaphorePermit> = None;
+    let mut heard = false;
     // A second handle on the socket, only ever polled for the peer's close.
     let mut probe = probe(&sock);
     let mut watch = None;
     let socket = tokio::select! {
-        _ = &mut startup => return Ok(()),
+        _ = &mut first => return Ok(()),
         s = negotiate_tls(sock, tls) => s?,
     };
     // A client asking for direct TLS while none is configured.
@@ -51,7 +60,13 @@ pub(super) async fn serve(
         // pgwire's decoder panics on some malformed bodies (an empty Parse, Bind,
         // Execute or Describe reads past the message): that is the client's error.
         let next = AssertUnwindSafe(socket.next()).catch_unwind();
-        let msg = if starting {
+        let msg = if starting && !heard {
+            tokio::select! {
+                _ = &mut first => return Ok(()),
+                _ = &mut startup => return Ok(()),
+                m = next => m,
+            }
+        } else if starting {
             tokio::select! {
                 _ = &mut startup => return Ok(()),
                 m = next => m,
@@ -79,15 +94,23 @@ pub(super) async fn serve(
                 return fatal(&mut socket, "08P01", text).await;
             }
             PgWireFrontendMessage::Startup(_) if slot.is_none() => {
-                return fatal(
-                    &mut socket,
-                    "53300",
-                    "sorry, too many clients already".into(),
-                )
-                .await;
+                slot = slots.clone().try_acquire_owned().ok();
+                if slot.is_none() {
+                    tracing::warn!(
+                        limit = h.engine.config().max_connections,
+                        "Postgres connection refused: max_connections reached"
+                    );
+                    return fatal(
+                        &mut socket,
+                        "53300",
+                        "sorry, too many clients already".into(),
+                    )
+                    .await;
+                }
             }
             _ => {}
         }
+        heard = true;
         let extended = match socket.state() {
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => msg.is_extended_query(),

@@ -1731,14 +1731,11 @@ pub async fn serve(
             acc = listener.accept() => match acc {
                 Ok((sock, _)) => {
                     let _ = sock.set_nodelay(true);
-                    let slot = slots.clone().try_acquire_owned().ok();
-                    if slot.is_none() {
-                        tracing::warn!(limit, "Postgres connection refused: max_connections reached");
-                    }
                     let h = handler.clone();
                     let tls = tls.clone();
+                    let slots = slots.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = conn::serve(sock, h.clone(), slot, tls).await {
+                        if let Err(e) = conn::serve(sock, h.clone(), slots, tls).await {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
                         // forget sessions whose connection is gone
