@@ -344,6 +344,64 @@ async fn http_connections_past_the_limit_get_503_and_idle_ones_are_closed() {
     assert!(ok, "writes are accepted once idle connections are gone");
 }
 
+/// A client that sends its request headers a few bytes at a time (slowloris) is cut
+/// off, well inside the idle timeout it keeps resetting, so its slot comes back.
+#[tokio::test]
+async fn http_headers_sent_a_byte_at_a_time_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start_with_args(
+        &["--lp-max-connections", "1", "--lp-idle-timeout", "60s"],
+        &[],
+    );
+    let addr = server.http_addr.clone().expect("http port");
+    let mut slow = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    slow.write_all(b"POST /write?db=slow HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("first header bytes");
+    // Trickle a header a byte every 200 ms until the server closes the connection
+    // (a hang guard of 150 bytes, 30 s, far past the server's header deadline).
+    let mut cut = false;
+    for _ in 0..150 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if slow.write_all(b"a").await.is_err() {
+            cut = true;
+            break;
+        }
+        let mut buf = [0u8; 256];
+        match tokio::time::timeout(Duration::from_millis(1), slow.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                cut = true;
+                break;
+            }
+            Ok(Ok(_)) => {
+                // an error answer (408) before the close
+                cut = true;
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    assert!(cut, "a header trickled for 30 s kept its connection");
+    let mut ok = false;
+    for _ in 0..100 {
+        let r = reqwest::Client::new()
+            .post(server.http_url("/write?db=slow"))
+            .body("m v=1 1")
+            .send()
+            .await;
+        if let Ok(r) = r
+            && r.status().as_u16() == 204
+        {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok, "a write is accepted once the slow client is cut off");
+}
+
 /// A client that goes away while its query computes takes the query with it: the
 /// statement is canceled, so its connection (here the only one allowed) is freed
 /// instead of waiting minutes for a result nobody reads.

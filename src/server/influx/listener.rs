@@ -1,6 +1,7 @@
 //! The HTTP port's listener: at most `lp_max_connections` connections at once (more
 //! get a 503 with `Retry-After` and are closed), and a connection that sends nothing
-//! for `lp_idle_timeout` is closed, so idle clients cannot use up file descriptors.
+//! for `lp_idle_timeout` is closed, so idle clients cannot use up file descriptors,
+//! and one whose request headers take longer than a few seconds is cut off.
 //! With TLS configured, connections are opened (HTTPS or plain) off the accept loop.
 
 use std::io;
@@ -17,6 +18,11 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::server::tls::{self, Opened, Stream};
 use tokio_io_timeout::TimeoutStream;
+
+/// A request's headers must arrive within this time of its first byte: a client
+/// that sends them a byte at a time (slowloris) is cut off instead of holding its
+/// slot. Idle keep-alive connections are left to `lp_idle_timeout`.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Refused connections answered with a 503 at the same time.
 const MAX_REFUSALS: usize = 64;
@@ -58,6 +64,67 @@ impl Limited {
 pub struct Conn {
     io: Box<dyn Stream>,
     _slot: OwnedSemaphorePermit,
+    phase: Phase,
+}
+
+impl Conn {
+    fn new(io: Box<dyn Stream>, slot: OwnedSemaphorePermit) -> Conn {
+        Conn {
+            io,
+            _slot: slot,
+            phase: Phase::Idle,
+        }
+    }
+
+    /// Follows the bytes the client sent: the first byte of a request starts its
+    /// header deadline, the blank line ending its headers stops it.
+    fn saw(&mut self, bytes: &[u8]) {
+        const END: &[u8; 4] = b"\r\n\r\n";
+        for &b in bytes {
+            match &mut self.phase {
+                Phase::Body => return,
+                Phase::Idle => {
+                    self.phase = Phase::Headers {
+                        matched: usize::from(b == b'\r'),
+                        deadline: Box::pin(tokio::time::sleep(HEADER_READ_TIMEOUT)),
+                    };
+                }
+                Phase::Headers { matched, .. } => {
+                    *matched = if b == END[*matched] {
+                        *matched + 1
+                    } else {
+                        usize::from(b == b'\r')
+                    };
+                    if *matched == END.len() {
+                        self.phase = Phase::Body;
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// After the server wrote `first` (the start of what it wrote): a response other
+    /// than an interim one (100 Continue) ends the request.
+    fn wrote(&mut self, first: &[u8]) {
+        if first.starts_with(b"HTTP/") && !first.starts_with(b"HTTP/1.1 1") {
+            self.phase = Phase::Idle;
+        }
+    }
+}
+
+/// Where a connection is in its current request (see [`HEADER_READ_TIMEOUT`]).
+enum Phase {
+    /// Between requests.
+    Idle,
+    /// Reading a request's headers: how much of the blank line ending them was
+    /// seen, and when they must be complete.
+    Headers {
+        matched: usize,
+        deadline: Pin<Box<tokio::time::Sleep>>,
+    },
+    /// Headers complete: the body, until the response.
+    Body,
 }
 
 type Timed = Pin<Box<TimeoutStream<TcpStream>>>;
@@ -104,7 +171,7 @@ impl axum::serve::Listener for Limited {
             let idle = self.idle;
             let Some((acceptor, require)) = self.tls.clone() else {
                 let io = Box::new(timed(sock, idle));
-                return (Conn { io, _slot: slot }, peer);
+                return (Conn::new(io, slot), peer);
             };
             let ready = self.opened.0.clone();
             tokio::spawn(async move {
@@ -114,7 +181,7 @@ impl axum::serve::Listener for Limited {
                         Opened::Plain(s) => Box::new(s),
                         Opened::Refused => return,
                     };
-                let _ = ready.send((Conn { io, _slot: slot }, peer)).await;
+                let _ = ready.send((Conn::new(io, slot), peer)).await;
             });
         }
     }
@@ -147,7 +214,20 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.io).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let r = Pin::new(&mut *self.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = r {
+            self.saw(&buf.filled()[before..]);
+        }
+        if let Phase::Headers { deadline, .. } = &mut self.phase
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "request headers did not arrive in time",
+            )));
+        }
+        r
     }
 }
 
@@ -157,7 +237,11 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.io).poll_write(cx, buf)
+        let r = Pin::new(&mut *self.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r {
+            self.wrote(&buf[..n]);
+        }
+        r
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -173,7 +257,14 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.io).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut *self.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = r
+            && n > 0
+            && let Some(first) = bufs.iter().find(|b| !b.is_empty())
+        {
+            self.wrote(&first[..first.len().min(n)]);
+        }
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
