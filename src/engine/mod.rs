@@ -173,6 +173,8 @@ impl Engine {
             .flat_map(|t| t.files.iter().map(|f| f.path.clone()))
             .collect();
         crate::storage::sweep_orphans(&store, &referenced).await?;
+        crate::storage::sweep_staging(&dir.join("data"));
+        let lost = wal.accepted_loss();
         let writer = Arc::new(WriteService::new(
             catalog.clone(),
             wal,
@@ -183,6 +185,16 @@ impl Engine {
         let rows = writer.replay(records)?;
         if n_records > 0 {
             tracing::info!(records = n_records, rows, "replayed WAL");
+        }
+        if lost {
+            // The gap stays in the log until the rows after it are in chunk files.
+            match writer.flush_all().await {
+                Ok(_) => tracing::warn!(
+                    "flushed the rows replayed past the missing WAL records: later starts need no --wal-accept-loss"
+                ),
+                Err(e) => tracing::warn!(error = %e,
+                    "cannot flush the rows replayed past the missing WAL records: later starts need --wal-accept-loss until a flush"),
+            }
         }
         let store_url = ObjectStoreUrl::parse(STORE_URL)?;
         // The queries' part of the budget holds the derived-rows cache and the pool.

@@ -288,6 +288,41 @@ pub async fn sweep_orphans(
     Ok(deleted)
 }
 
+/// Deletes, under `dir` (the data directory's `data/`), the staging files of chunk
+/// writes a crash interrupted: object_store writes `<name>#<n>` and renames it into
+/// place when complete, and its listing never shows them, so `sweep_orphans` cannot.
+/// Only at start-up, before any write. Returns how many were deleted.
+pub fn sweep_staging(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut deleted = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            deleted += sweep_staging(&path);
+            continue;
+        }
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let staged = name
+            .rsplit_once('#')
+            .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if staged {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::info!(file = %path.display(), "deleted the staging file of an interrupted chunk write");
+                    deleted += 1;
+                }
+                Err(err) => {
+                    tracing::warn!(file = %path.display(), error = %err, "cannot delete a staging file")
+                }
+            }
+        }
+    }
+    deleted
+}
+
 /// Writes one sorted chunk file, durably, and returns its catalog entry.
 pub async fn write_chunk_file(
     store: &Arc<dyn ObjectStore>,

@@ -49,6 +49,8 @@ pub struct Wal {
     tx: mpsc::Sender<Command>,
     last_seq: Arc<AtomicU64>,
     pub stats: Arc<WalStats>,
+    /// Whether opening went on past missing records (`accept_loss`).
+    lost: bool,
 }
 
 impl std::fmt::Debug for Wal {
@@ -85,6 +87,7 @@ impl Wal {
         let mut last_seq = after;
         // The sequence number the next record must have, once known.
         let mut expect: Option<u64> = None;
+        let mut lost = false;
         for (i, (first, path)) in segments.iter().enumerate() {
             let is_last = i + 1 == segments.len();
             let recs = read_segment(path, is_last)?;
@@ -101,6 +104,7 @@ impl Wal {
                     return Err(e);
                 }
                 tracing::error!(error = %e, "going on without the missing WAL records (--wal-accept-loss)");
+                lost = true;
             } else if expect.is_some() && begins < want {
                 return Err(Error::WalCorrupt {
                     file: path.display().to_string(),
@@ -119,6 +123,7 @@ impl Wal {
                         return Err(e);
                     }
                     tracing::error!(error = %e, "going on without the missing WAL records (--wal-accept-loss)");
+                    lost = true;
                 }
             }
             if let Some(r) = recs.last() {
@@ -155,9 +160,16 @@ impl Wal {
                 tx,
                 last_seq: last,
                 stats,
+                lost,
             },
             records,
         ))
+    }
+
+    /// Whether opening went on without missing records (`accept_loss`): the rows
+    /// replayed must then be flushed so that the next start finds no gap.
+    pub fn accepted_loss(&self) -> bool {
+        self.lost
     }
 
     /// Appends one record; resolves with its sequence number once durable under the policy.

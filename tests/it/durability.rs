@@ -702,6 +702,49 @@ async fn a_deleted_wal_segment_stops_startup_unless_loss_is_accepted() {
     let mut ids = all_ids(&client, "gap").await;
     ids.sort();
     assert_eq!(ids, vec![1, 2, 3, 7, 8, 9]);
+    // The loss was accepted once: a crash and a start without the flag go on.
+    drop(client);
+    server.kill9();
+    server.clear_args();
+    server
+        .try_restart()
+        .unwrap_or_else(|e| panic!("start without the flag after the accepted loss:\n{e}"));
+    let client = server.connect("sundial").await;
+    let mut ids = all_ids(&client, "gap").await;
+    ids.sort();
+    assert_eq!(ids, vec![1, 2, 3, 7, 8, 9]);
+}
+
+/// A staging file of a chunk write that a kill -9 interrupted (`<file>.parquet#<n>`,
+/// which object_store renames into place when complete) is deleted at the next start.
+#[tokio::test]
+async fn staging_files_left_by_a_crash_are_swept_at_start() {
+    let mut server = TestServer::start();
+    {
+        let client = server.connect("sundial").await;
+        create_hypertable(&client, "stg").await;
+        insert_ids(&client, "stg", &[1, 2], 60, 1).await;
+        client
+            .batch_execute("SELECT sundial_flush()")
+            .await
+            .unwrap();
+    }
+    server.kill9();
+    let data = server.data_dir.join("data");
+    let chunk = std::fs::read_dir(&data)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.path().is_dir())
+        .map(|e| e.path())
+        .unwrap_or_else(|| data.clone());
+    let staged = chunk.join("left-by-crash.parquet#1");
+    std::fs::write(&staged, b"").unwrap();
+    server.restart();
+    assert!(!staged.exists(), "{} was not swept", staged.display());
+    let client = server.connect("sundial").await;
+    let mut ids = all_ids(&client, "stg").await;
+    ids.sort();
+    assert_eq!(ids, vec![1, 2]);
 }
 
 /// Megabytes of random bytes after the last record are a torn tail: start-up scans

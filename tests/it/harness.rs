@@ -137,6 +137,11 @@ impl TestServer {
         self.set_addrs(addrs);
     }
 
+    /// Forgets every extra argument given so far.
+    pub fn clear_args(&mut self) {
+        self.extra_args.clear();
+    }
+
     /// Adds `serve` arguments for the next (re)start.
     pub fn add_args(&mut self, args: &[&str]) {
         self.extra_args.extend(args.iter().map(|a| a.to_string()));
