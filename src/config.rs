@@ -141,6 +141,35 @@ pub struct Config {
     pub log_level: String,
 }
 
+/// Open files kept for everything but client connections: WAL segments, the
+/// catalog, chunk files read by queries and compactions, listeners, TLS files.
+pub const RESERVED_FDS: u64 = 256;
+
+impl Config {
+    /// Lowers the connection limits so that every connection they allow (Postgres,
+    /// and line protocol on both the HTTP and the TCP port) plus [`RESERVED_FDS`]
+    /// fits in `limit` open files: Postgres keeps its limit up to half the room, line
+    /// protocol shares the rest. Returns what changed, None when they already fit.
+    pub fn fit_connections(&mut self, limit: u64) -> Option<String> {
+        let room = limit.saturating_sub(RESERVED_FDS);
+        let pg = self.max_connections as u64;
+        let lp = self.lp_max_connections as u64;
+        if pg + 2 * lp <= room {
+            return None;
+        }
+        let new_pg = pg.min(room / 2).max(1);
+        let new_lp = lp.min(room.saturating_sub(new_pg) / 2).max(1);
+        let said = format!(
+            "the open file limit {limit} leaves room for {room} client connections: \
+             max_connections {pg} -> {new_pg}, lp_max_connections {lp} -> {new_lp} (per line-protocol port); \
+             raise the limit (ulimit -n) to keep the configured ones"
+        );
+        self.max_connections = usize::try_from(new_pg).unwrap_or(1);
+        self.lp_max_connections = usize::try_from(new_lp).unwrap_or(1);
+        Some(said)
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -621,6 +650,24 @@ pub fn parse_bytes(name: &str, v: &toml::Value) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connection_limits_fit_the_open_file_limit() {
+        // The defaults fit a generous limit untouched.
+        let mut c = Config::default();
+        assert_eq!(c.fit_connections(65_536), None);
+        assert_eq!((c.max_connections, c.lp_max_connections), (100, 1000));
+        // 1,024 descriptors: Postgres keeps its 100, line protocol shares the rest
+        // over its two ports, and the total leaves the reserve.
+        let said = c.fit_connections(1024).expect("lowered");
+        assert!(said.contains("lp_max_connections 1000 -> 334"), "{said}");
+        assert_eq!((c.max_connections, c.lp_max_connections), (100, 334));
+        assert!(100 + 2 * 334 + RESERVED_FDS <= 1024);
+        // Almost none: one of each, never zero.
+        let mut c = Config::default();
+        c.fit_connections(100);
+        assert_eq!((c.max_connections, c.lp_max_connections), (1, 1));
+    }
 
     #[test]
     fn sizes_parse() {

@@ -206,7 +206,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(BenchCommand::Load(a))) => return bench_load(a),
         Some(Command::Bench(BenchCommand::Query(a))) => return bench_query(a),
     };
-    let config = match load(&args) {
+    let mut config = match load(&args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("sundial: error: {e}");
@@ -219,7 +219,17 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    raise_fd_limit();
+    if let Some(limit) = raise_fd_limit() {
+        match config.fit_connections(limit) {
+            Some(change) => tracing::warn!("{change}"),
+            None => tracing::info!(
+                open_files = limit,
+                max_connections = config.max_connections,
+                lp_max_connections = config.lp_max_connections,
+                "connection limits fit the open file limit"
+            ),
+        }
+    }
     run_to_exit(run(config))
 }
 
@@ -263,10 +273,19 @@ fn run_to_exit<T, E: std::fmt::Display>(
 
 /// Raises the soft limit on open files to the hard limit: every connection, WAL
 /// segment and chunk file needs a descriptor, and 1,024 is a common default.
-fn raise_fd_limit() {
+/// Returns the limit, None when it cannot be read.
+fn raise_fd_limit() -> Option<u64> {
     match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(n) => tracing::info!(limit = n, "open file limit"),
-        Err(e) => tracing::warn!(error = %e, "cannot raise the open file limit"),
+        Ok(n) => {
+            tracing::info!(limit = n, "open file limit");
+            Some(n)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open file limit");
+            rlimit::getrlimit(rlimit::Resource::NOFILE)
+                .ok()
+                .map(|(soft, _)| soft)
+        }
     }
 }
 
