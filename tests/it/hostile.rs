@@ -326,22 +326,28 @@ async fn http_connections_past_the_limit_get_503_and_idle_ones_are_closed() {
         .expect("closed within the safety timeout")
         .unwrap_or(0);
     assert_eq!(n, 0);
-    let mut ok = false;
+    assert!(
+        write_accepted_soon(&server, "lim").await,
+        "writes are accepted once idle connections are gone"
+    );
+}
+
+/// Whether a line-protocol write to `db` gets 204 within 100 tries 100 ms apart.
+async fn write_accepted_soon(server: &TestServer, db: &str) -> bool {
     for _ in 0..100 {
         let r = reqwest::Client::new()
-            .post(server.http_url("/write?db=lim"))
+            .post(server.http_url(&format!("/write?db={db}")))
             .body("m v=1 1")
             .send()
             .await;
         if let Ok(r) = r
             && r.status().as_u16() == 204
         {
-            ok = true;
-            break;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(ok, "writes are accepted once idle connections are gone");
+    false
 }
 
 /// A client that sends its request headers a few bytes at a time (slowloris) is cut
@@ -384,22 +390,10 @@ async fn http_headers_sent_a_byte_at_a_time_are_cut_off() {
         }
     }
     assert!(cut, "a header trickled for 30 s kept its connection");
-    let mut ok = false;
-    for _ in 0..100 {
-        let r = reqwest::Client::new()
-            .post(server.http_url("/write?db=slow"))
-            .body("m v=1 1")
-            .send()
-            .await;
-        if let Ok(r) = r
-            && r.status().as_u16() == 204
-        {
-            ok = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ok, "a write is accepted once the slow client is cut off");
+    assert!(
+        write_accepted_soon(&server, "slow").await,
+        "a write is accepted once the slow client is cut off"
+    );
 }
 
 /// A client that goes away while its query computes takes the query with it: the
