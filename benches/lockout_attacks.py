@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Lockout attacks against a running Sundial (issue 39, item 4), bounded to about 30 s.
+
+1. 150 sockets that never send a Postgres startup packet, then a real login; after
+   6 s, how many of the silent sockets the server has closed.
+2. 1,000 HTTP connections that send request headers a byte per second (slowloris),
+   then how long until a line-protocol write is accepted (tried once a second, 20 s).
+
+usage: benches/lockout_attacks.py PG_PORT HTTP_PORT   (psycopg required)
+"""
+import socket
+import sys
+import time
+import urllib.request
+
+import psycopg
+
+pg_port, http_port = int(sys.argv[1]), int(sys.argv[2])
+
+silent = [socket.create_connection(("127.0.0.1", pg_port)) for _ in range(150)]
+time.sleep(0.5)
+t = time.time()
+try:
+    c = psycopg.connect(f"host=127.0.0.1 port={pg_port} user=postgres dbname=postgres", connect_timeout=10)
+    c.execute("SELECT 1").fetchone()
+    print(f"postgres: login beside 150 silent sockets in {time.time() - t:.3f} s")
+    c.close()
+except Exception as e:  # noqa: BLE001 - the failure is the measurement
+    print("postgres: login failed:", str(e).strip()[:100])
+time.sleep(6)
+closed = 0
+for s in silent:
+    s.settimeout(0.01)
+    try:
+        if s.recv(1) == b"":
+            closed += 1
+    except OSError:
+        pass
+print(f"postgres: silent sockets closed by the server after 6 s: {closed} of {len(silent)}")
+for s in silent:
+    s.close()
+
+slow = []
+for _ in range(1000):
+    try:
+        s = socket.create_connection(("127.0.0.1", http_port), timeout=2)
+        s.sendall(b"POST /write?db=slowloris HTTP/1.1\r\nHost: x\r\n")
+        slow.append(s)
+    except OSError:
+        pass
+t0, first_ok = time.time(), None
+while time.time() - t0 < 20 and first_ok is None:
+    for s in slow:
+        try:
+            s.send(b"a")
+        except OSError:
+            pass
+    try:
+        req = urllib.request.Request(f"http://127.0.0.1:{http_port}/write?db=slowloris",
+                                     data=b"m v=1 1", method="POST")
+        if urllib.request.urlopen(req, timeout=2).status == 204:
+            first_ok = time.time() - t0
+    except Exception:  # noqa: BLE001 - 503 while the slots are held
+        pass
+    time.sleep(1)
+when = f"{first_ok:.1f} s" if first_ok is not None else "never (20 s)"
+print(f"http: {len(slow)} slowloris connections; first accepted write after {when}")
