@@ -218,6 +218,31 @@ async fn restart_after_terminate_keeps_every_row() {
     check_10k(&client).await;
 }
 
+/// A graceful stop whose final flush cannot write (a full disk; here `data/` is a
+/// file) exits 0: the rows stay in the WAL and the next start has them.
+#[tokio::test]
+async fn a_stop_that_cannot_flush_exits_0_and_keeps_the_rows_in_the_wal() {
+    let mut server = TestServer::start();
+    {
+        let client = server.connect("sundial").await;
+        create_hypertable(&client, "full").await;
+        insert_ids(&client, "full", &[1, 2, 3], 60, 1).await;
+    }
+    let data = server.data_dir.join("data");
+    let moved = server.data_dir.join("data.moved");
+    std::fs::rename(&data, &moved).unwrap();
+    std::fs::write(&data, b"not a directory").unwrap();
+    let status = server.terminate().expect("server was running");
+    assert!(status.success(), "stop with a failing flush: {status:?}");
+    std::fs::remove_file(&data).unwrap();
+    std::fs::rename(&moved, &data).unwrap();
+    server.restart();
+    let client = server.connect("sundial").await;
+    let mut ids = all_ids(&client, "full").await;
+    ids.sort();
+    assert_eq!(ids, vec![1, 2, 3]);
+}
+
 #[tokio::test]
 async fn restart_after_kill9_keeps_every_row_and_replays_once() {
     let mut server = TestServer::start();
