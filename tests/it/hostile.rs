@@ -332,6 +332,32 @@ async fn http_connections_past_the_limit_get_503_and_idle_ones_are_closed() {
     );
 }
 
+/// A body that stops arriving part-way gets 408 after a short pause, not after the
+/// whole body deadline, so its share of the body budget goes back to other writers.
+#[tokio::test]
+async fn a_stalled_request_body_gets_408_after_a_short_pause() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start();
+    let addr = server.http_addr.clone().expect("http port");
+    let mut sock = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    sock.write_all(
+        b"POST /write?db=stall HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nm v=1 1\n",
+    )
+    .await
+    .expect("headers and a first piece");
+    // A hang guard far below the 60 s body deadline.
+    let mut answer = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(30), sock.read(&mut answer))
+        .await
+        .expect("an answer before the body deadline")
+        .unwrap_or(0);
+    let head = String::from_utf8_lossy(&answer[..n]).to_string();
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert!(write_accepted_soon(&server, "stall").await);
+}
+
 /// Whether a line-protocol write to `db` gets 204 within 100 tries 100 ms apart.
 async fn write_accepted_soon(server: &TestServer, db: &str) -> bool {
     for _ in 0..100 {
@@ -497,7 +523,7 @@ async fn request_bodies_are_bounded_per_request_and_in_total() {
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
 
     // A request that declares no length holds the whole (smaller) budget while its
-    // body trickles in.
+    // body trickles in (a piece every 2 s: never a pause long enough to be cut off).
     let mut slow = tokio::net::TcpStream::connect(&addr)
         .await
         .expect("connect");
@@ -506,6 +532,13 @@ async fn request_bodies_are_bounded_per_request_and_in_total() {
     )
     .await
     .unwrap();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            slow.write_all(b"8\r\nm v=1 1\n\r\n").await.unwrap();
+        }
+        slow
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let resp = reqwest::Client::new()
         .post(server.http_url("/write?db=b"))
@@ -515,6 +548,7 @@ async fn request_bodies_are_bounded_per_request_and_in_total() {
         .expect("an answer");
     assert_eq!(resp.status().as_u16(), 503);
     assert!(resp.headers().contains_key("retry-after"));
+    let mut slow = trickle.await.expect("trickle");
     slow.write_all(b"0\r\n\r\n").await.unwrap();
     let head = http_head(&mut slow).await;
     assert!(head.starts_with("HTTP/1.1 204"), "{head}");

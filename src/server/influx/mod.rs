@@ -161,6 +161,41 @@ struct BodyBudget(std::sync::OnceLock<Arc<tokio::sync::Semaphore>>);
 const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long a request's whole body may take to arrive.
 const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a body may pause between two pieces: a sender that stalls gives its
+/// share of the body budget back to the writers waiting for it.
+const BODY_STALL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Why a request body was not read.
+enum BodyFailure {
+    TooLarge,
+    Late,
+    Broken,
+}
+
+/// A request body of at most `limit` bytes, arriving within [`BODY_DEADLINE`] and
+/// never pausing longer than [`BODY_STALL`].
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyFailure> {
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + BODY_DEADLINE;
+    let mut pieces = body.into_data_stream();
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        let wait = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .min(BODY_STALL);
+        match tokio::time::timeout(wait, pieces.next()).await {
+            Err(_) => return Err(BodyFailure::Late),
+            Ok(None) => return Ok(buf.freeze()),
+            Ok(Some(Err(_))) => return Err(BodyFailure::Broken),
+            Ok(Some(Ok(piece))) => {
+                if buf.len() + piece.len() > limit {
+                    return Err(BodyFailure::TooLarge);
+                }
+                buf.extend_from_slice(&piece);
+            }
+        }
+    }
+}
 
 /// Reserves room for a request's body (its Content-Length, else the body limit) and
 /// for its gunzipped form (the body limit), waiting while other requests hold the
@@ -320,13 +355,20 @@ async fn handle_write(
     let limit = usize::try_from(engine.config().http_max_body_size).unwrap_or(usize::MAX);
     // The body must arrive within a bound: a slow sender holds its share of the
     // in-flight budget meanwhile.
-    let body = match tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, limit)).await {
-        Ok(Ok(b)) => b,
-        Ok(Err(_)) => return too_large(engine.config().http_max_body_size),
-        Err(_) => {
+    let body = match read_body(body, limit).await {
+        Ok(b) => b,
+        Err(BodyFailure::TooLarge) => return too_large(engine.config().http_max_body_size),
+        Err(BodyFailure::Late) => {
             return error_response(
                 StatusCode::REQUEST_TIMEOUT,
-                "the request body did not arrive in time",
+                "the request body did not arrive in time (a pause of over 5 s, or over 60 s in all)",
+                None,
+            );
+        }
+        Err(BodyFailure::Broken) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read",
                 None,
             );
         }
