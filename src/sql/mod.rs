@@ -1211,16 +1211,19 @@ impl Session {
     }
 
     /// Whether `steps` (one simple-protocol Query message) run as one implicit
-    /// transaction: outside a block, two or more statements of which some write, all
-    /// of them INSERT, DELETE, TRUNCATE or plain queries. (DDL, COPY, management
+    /// transaction: outside a block, two or more statements of which some write or
+    /// SET, all of them INSERT, DELETE, TRUNCATE, SET or plain queries. (DDL, COPY, management
     /// calls and transaction statements keep running one by one, each on its own.)
     pub fn implicit_transaction(&self, steps: &[Step]) -> bool {
         if steps.len() < 2 || self.staging.in_block() {
             return false;
         }
+        // Writes, or SETs (an error in the message undoes them, as PostgreSQL's
+        // implicit transaction does).
         let mut writes = false;
         for step in steps {
             match step {
+                Step::Statement(Statement::Set(_)) => writes = true,
                 Step::Statement(
                     st @ (Statement::Insert(_) | Statement::Delete(_) | Statement::Truncate(_)),
                 ) => {

@@ -119,7 +119,8 @@ async fn statement_timeout_stops_a_long_query() {
 }
 
 /// PostgreSQL 13 on times each statement of a Query message by itself, with the
-/// setting the statements before it left.
+/// setting the statements before it left; the timeout rolls back the message's
+/// implicit transaction, its SET with it.
 #[tokio::test]
 async fn statement_timeout_set_earlier_in_the_same_message_stops_the_query() {
     let server = TestServer::start();
@@ -132,10 +133,11 @@ async fn statement_timeout_set_earlier_in_the_same_message_stops_the_query() {
         .await
         .err();
     assert_eq!(e.as_ref().and_then(code), Some("57014"), "{e:?}");
-    client
-        .batch_execute("SET statement_timeout = 0")
-        .await
-        .expect("reset statement_timeout");
+    // The message ran as one transaction: the error undid its SET.
+    assert_eq!(
+        cells(text_rows(&client, "SHOW statement_timeout").await),
+        vec![vec!["0"]]
+    );
     // A later statement of the message is timed from its own start.
     let e = client
         .simple_query(
@@ -146,6 +148,15 @@ async fn statement_timeout_set_earlier_in_the_same_message_stops_the_query() {
         .err();
     assert_eq!(e.as_ref().and_then(code), Some("57014"), "{e:?}");
     assert_eq!(cells(text_rows(&client, "SELECT 3").await), vec![vec!["3"]]);
+    // A message that succeeds keeps its SET.
+    client
+        .simple_query("SET statement_timeout = '7s'; SELECT 4")
+        .await
+        .expect("set and select");
+    assert_eq!(
+        cells(text_rows(&client, "SHOW statement_timeout").await),
+        vec![vec!["7s"]]
+    );
     alive(&server).await;
 }
 
