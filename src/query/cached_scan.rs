@@ -267,7 +267,7 @@ pub struct CachedScanExec {
     limit: Option<usize>,
     /// Rows the scan keeps itself: the predicate over the kept columns (the
     /// schema `read`), then the positions of the output columns among them.
-    filter: Option<RowFilter>,
+    filter: Option<Arc<RowFilter>>,
     props: Arc<PlanProperties>,
 }
 
@@ -374,11 +374,11 @@ impl CachedScanExec {
                     .iter()
                     .map(|n| table_schema.field_with_name(n).cloned())
                     .collect::<Result<_, _>>()?;
-                Some(RowFilter {
+                Some(Arc::new(RowFilter {
                     predicate,
                     read: Arc::new(arrow::datatypes::Schema::new(fields)),
                     output: output.to_vec(),
-                })
+                }))
             }
             None => None,
         };
@@ -453,11 +453,7 @@ impl ExecutionPlan for CachedScanExec {
         })?;
         let files = self.files.clone();
         let schema = self.schema.clone();
-        let filter = self.filter.as_ref().map(|f| RowFilter {
-            predicate: f.predicate.clone(),
-            read: f.read.clone(),
-            output: f.output.clone(),
-        });
+        let filter = self.filter.clone();
         let mut left = self.limit.unwrap_or(usize::MAX);
         let batches = pieces.into_iter().filter_map(move |(f, start, len)| {
             if left == 0 {

@@ -17,6 +17,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::StreamExt;
 
+use super::leaf::leaf_plan_methods;
 use crate::storage::dedup::dedup_sort;
 
 /// `time` lies in one of `ranges` (inclusive bounds, microseconds).
@@ -96,27 +97,9 @@ impl ExecutionPlan for DedupExec {
         &self.props
     }
 
-    /// The sources stay hidden from the optimizer: their partition and batch order
-    /// is the arrival order the merge depends on, which repartitioning would change.
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(
-            &Arc<dyn PhysicalExpr>,
-        ) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion>,
-    ) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion> {
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(self)
-    }
+    // The sources stay hidden from the optimizer: their partition and batch order
+    // is the arrival order the merge depends on, which repartitioning would change.
+    leaf_plan_methods!();
 
     fn execute(
         &self,

@@ -222,12 +222,8 @@ impl HypertableProvider {
         narrow_time: bool,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let cache = self.engine.decoded();
-        let allowed = state
-            .config()
-            .get_extension::<DecodedScans>()
-            .is_none_or(|d| d.0);
         // A scan that reads no column (count(*)) needs only the row counts: Parquet's.
-        if !allowed || !cache.enabled() || projection.is_some_and(|p| p.is_empty()) {
+        if !decoded_allowed(state, cache) || projection.is_some_and(|p| p.is_empty()) {
             return self.parquet_scan(
                 state,
                 schema,
@@ -239,18 +235,7 @@ impl HypertableProvider {
                 narrow_time,
             );
         }
-        let wanted: Vec<usize> = match projection {
-            Some(p) => p.clone(),
-            None => (0..schema.fields().len()).collect(),
-        };
-        let mut read = wanted.clone();
-        if let Some(p) = physical {
-            for c in datafusion::physical_expr::utils::collect_columns(p) {
-                if !read.contains(&c.index()) {
-                    read.push(c.index());
-                }
-            }
-        }
+        let (wanted, read) = decoded_reads(schema, projection, physical);
         let names: Vec<&str> = read
             .iter()
             .map(|i| schema.field(*i).name().as_str())
@@ -315,31 +300,11 @@ impl HypertableProvider {
         limit: Option<usize>,
     ) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
         let cache = self.engine.decoded();
-        let allowed = state
-            .config()
-            .get_extension::<DecodedScans>()
-            .is_none_or(|d| d.0);
-        if !allowed || !cache.enabled() || files.is_empty() {
+        if !decoded_allowed(state, cache) || files.is_empty() {
             return Ok(None);
         }
-        let wanted: Vec<usize> = match projection {
-            Some(p) => p.clone(),
-            None => (0..schema.fields().len()).collect(),
-        };
-        let mut read = wanted.clone();
-        let mut add = |i: usize| {
-            if !read.contains(&i) {
-                read.push(i);
-            }
-        };
-        if let Some(p) = physical {
-            for c in datafusion::physical_expr::utils::collect_columns(p) {
-                add(c.index());
-            }
-        }
-        for c in exact.column_refs() {
-            add(schema.index_of(&c.name)?);
-        }
+        // `physical` holds every filter, `exact` among them: its columns are read.
+        let (wanted, read) = decoded_reads(schema, projection, physical);
         let names: Vec<&str> = read
             .iter()
             .map(|i| schema.field(*i).name().as_str())
@@ -512,6 +477,37 @@ impl HypertableProvider {
             Some(cols) => select_columns(both, cols),
         }
     }
+}
+
+/// Whether this session's scans may use the decoded-columns cache.
+fn decoded_allowed(state: &dyn Session, cache: &crate::storage::decoded::DecodedColumns) -> bool {
+    cache.enabled()
+        && state
+            .config()
+            .get_extension::<DecodedScans>()
+            .is_none_or(|d| d.0)
+}
+
+/// The columns a decoded scan emits (`projection`, all when None) and those it
+/// reads: these and the columns `physical` looks at (pruning, a row filter).
+fn decoded_reads(
+    schema: &SchemaRef,
+    projection: Option<&Vec<usize>>,
+    physical: Option<&Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+) -> (Vec<usize>, Vec<usize>) {
+    let wanted: Vec<usize> = match projection {
+        Some(p) => p.clone(),
+        None => (0..schema.fields().len()).collect(),
+    };
+    let mut read = wanted.clone();
+    if let Some(p) = physical {
+        for c in datafusion::physical_expr::utils::collect_columns(p) {
+            if !read.contains(&c.index()) {
+                read.push(c.index());
+            }
+        }
+    }
+    (wanted, read)
 }
 
 /// The columns `cols` (by position) of `input`'s rows.

@@ -60,14 +60,9 @@ pub(super) async fn serve(
         // pgwire's decoder panics on some malformed bodies (an empty Parse, Bind,
         // Execute or Describe reads past the message): that is the client's error.
         let next = AssertUnwindSafe(socket.next()).catch_unwind();
-        let msg = if starting && !heard {
+        let msg = if starting {
             tokio::select! {
-                _ = &mut first => return Ok(()),
-                _ = &mut startup => return Ok(()),
-                m = next => m,
-            }
-        } else if starting {
-            tokio::select! {
+                _ = &mut first, if !heard => return Ok(()),
                 _ = &mut startup => return Ok(()),
                 m = next => m,
             }
