@@ -90,6 +90,9 @@ pub struct Config {
     /// Request bodies (and their gunzipped form) held at once by all line-protocol
     /// HTTP requests together; past it requests wait, then get 503.
     pub http_max_inflight_bytes: u64,
+    /// Longest Postgres protocol message (a Query's text, a Bind's values, one
+    /// CopyData), refused at its header before it is buffered.
+    pub max_message_size: u64,
     /// An API token the HTTP port accepts as the superuser's credentials
     /// (`Token`/`Bearer`, or `p=`); needs password authentication.
     pub http_auth_token: Option<String>,
@@ -179,6 +182,7 @@ impl Default for Config {
             tcp_addr: None,
             tcp_database: "sundial".to_string(),
             http_max_body_size: 32 * 1024 * 1024,
+            max_message_size: 64 * 1024 * 1024,
             http_max_inflight_bytes: DEFAULT_MEMORY_LIMIT / 8,
             http_auth_token: None,
             http_open_endpoints: vec!["health".into(), "ping".into()],
@@ -218,6 +222,7 @@ pub struct Settings {
     pub tcp_addr: Option<String>,
     pub tcp_database: Option<String>,
     pub http_max_body_size: Option<toml::Value>,
+    pub max_message_size: Option<toml::Value>,
     pub http_max_inflight_bytes: Option<toml::Value>,
     pub http_auth_token: Option<String>,
     pub http_open_endpoints: Option<String>,
@@ -268,6 +273,7 @@ impl Settings {
             tcp_addr,
             tcp_database,
             http_max_body_size,
+            max_message_size,
             http_max_inflight_bytes,
             http_auth_token,
             http_open_endpoints,
@@ -324,6 +330,16 @@ impl Settings {
         }
         if let Some(v) = self.http_max_body_size {
             c.http_max_body_size = parse_bytes("http_max_body_size", &v)?;
+        }
+        if let Some(v) = self.max_message_size {
+            c.max_message_size = match parse_bytes("max_message_size", &v)? {
+                n if n < 1024 => {
+                    return Err(Error::Config(
+                        "max_message_size must be at least 1KiB".into(),
+                    ));
+                }
+                n => n,
+            };
         }
         if let Some(t) = self.http_auth_token {
             if t.trim().is_empty() {

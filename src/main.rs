@@ -68,6 +68,9 @@ struct ServeArgs {
     /// Largest line-protocol body, compressed or not (default 32MiB).
     #[arg(long, env = "SUNDIAL_HTTP_MAX_BODY_SIZE")]
     http_max_body_size: Option<String>,
+    /// Longest Postgres protocol message, refused before it is buffered (default 64MiB).
+    #[arg(long, env = "SUNDIAL_MAX_MESSAGE_SIZE")]
+    max_message_size: Option<String>,
     /// Body bytes all line-protocol requests may hold at once (default memory_limit / 8).
     #[arg(long, env = "SUNDIAL_HTTP_MAX_INFLIGHT_BYTES")]
     http_max_inflight_bytes: Option<String>,
@@ -157,6 +160,7 @@ impl ServeArgs {
             tcp_addr: self.tcp_addr.clone(),
             tcp_database: self.tcp_database.clone(),
             http_max_body_size: self.http_max_body_size.clone().map(toml::Value::String),
+            max_message_size: self.max_message_size.clone().map(toml::Value::String),
             http_max_inflight_bytes: self
                 .http_max_inflight_bytes
                 .clone()

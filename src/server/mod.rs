@@ -13,6 +13,30 @@ use tokio::net::TcpListener;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 
+/// The budget of bytes that line-protocol request bodies (and their gunzipped
+/// form) and large Postgres messages hold at once (`http_max_inflight_bytes`),
+/// counted in KiB, and its size.
+#[derive(Default)]
+struct InflightBudget(std::sync::OnceLock<Arc<tokio::sync::Semaphore>>);
+
+fn inflight_budget(engine: &Engine) -> (Arc<tokio::sync::Semaphore>, u64) {
+    let total_kib = engine
+        .config()
+        .http_max_inflight_bytes
+        .div_ceil(1024)
+        .clamp(1, tokio::sync::Semaphore::MAX_PERMITS as u64);
+    let budget = engine
+        .shared::<InflightBudget>()
+        .0
+        .get_or_init(|| {
+            Arc::new(tokio::sync::Semaphore::new(
+                usize::try_from(total_kib).unwrap_or(usize::MAX >> 4),
+            ))
+        })
+        .clone();
+    (budget, total_kib)
+}
+
 /// Bound listeners, ready to serve.
 pub struct Listeners {
     pub pg: TcpListener,

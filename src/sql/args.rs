@@ -128,6 +128,13 @@ pub fn placeholder_count(stmt: &ast::Statement) -> usize {
     n
 }
 
+/// Whether `node` has a `$n` parameter in it.
+pub fn has_placeholder<T: ast::Visit>(node: &T) -> bool {
+    let mut found = false;
+    let _ = node.visit(&mut Placeholders(|_: &str| found = true));
+    found
+}
+
 struct Placeholders<F>(F);
 
 impl<F: FnMut(&str)> ast::Visitor for Placeholders<F> {

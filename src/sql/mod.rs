@@ -91,13 +91,26 @@ pub enum Prepared {
         /// The statement, when roles are checked: privileges are checked again at
         /// each execution (a REVOKE after the Parse takes effect at once).
         source: Option<Box<Statement>>,
-        /// A plan that reads a continuous aggregate holds what was materialized
-        /// when it was planned: the statement (and its declared parameter types)
-        /// is planned again at every execution.
-        fresh: Option<Box<(Statement, Vec<Option<arrow::datatypes::DataType>>)>>,
+        /// A statement planned again at every execution ([`Fresh`]).
+        fresh: Option<Box<Fresh>>,
     },
     /// Handled by Sundial itself.
     Native(Box<Statement>),
+}
+
+/// A prepared statement whose plan is made at every execution rather than once.
+#[derive(Debug, Clone)]
+pub struct Fresh {
+    /// The statement as parsed, with its `$n` parameters.
+    stmt: Statement,
+    /// The parameter types the client declared (`$1` first).
+    declared: Vec<Option<arrow::datatypes::DataType>>,
+    /// Plan it with the execution's values in place of its parameters: a series
+    /// in `FROM` whose bounds are parameters is planned as a list unnested (the
+    /// whole series built in memory), with constant bounds as the series table,
+    /// which streams. Otherwise (a plan reading a continuous aggregate, which holds what
+    /// was materialized when it was planned) it is planned with its parameters.
+    bind: bool,
 }
 
 /// One step of a simple-protocol query text.
@@ -1047,6 +1060,7 @@ impl Session {
             return Ok(Prepared::Native(Box::new(stmt)));
         }
         let original = stmt.clone();
+        let bind = pg_catalog::rewrite::series_over_parameters(&stmt);
         let is_dml = matches!(
             stmt,
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
@@ -1073,7 +1087,13 @@ impl Session {
                 | LogicalPlan::Copy(_)
                 | LogicalPlan::Statement(_)
         );
-        let fresh = plan_cache::reads_cagg(&plan).then(|| Box::new((original, declared.to_vec())));
+        let fresh = (bind || plan_cache::reads_cagg(&plan)).then(|| {
+            Box::new(Fresh {
+                stmt: original,
+                declared: declared.to_vec(),
+                bind,
+            })
+        });
         Ok(Prepared::Plan {
             plan,
             is_dml,
@@ -1117,11 +1137,22 @@ impl Session {
                     access::check(self, stmt)?;
                 }
                 let replanned;
+                let mut params = params;
                 let plan = match fresh.as_deref() {
-                    Some((stmt, declared)) => {
+                    Some(f) => {
                         let state = self.ctx.state();
-                        let again =
-                            Box::pin(self.prepare_in(&state, stmt.clone(), declared)).await?;
+                        let again = match (f.bind, params.take()) {
+                            (true, Some(p)) => {
+                                let mut bound = args::bind_placeholders(&f.stmt, &p)?;
+                                pg_catalog::rewrite::constant_series(&mut bound);
+                                Box::pin(self.prepare_in(&state, bound, &[])).await?
+                            }
+                            (_, p) => {
+                                params = p;
+                                Box::pin(self.prepare_in(&state, f.stmt.clone(), &f.declared))
+                                    .await?
+                            }
+                        };
                         let Prepared::Plan { plan, .. } = again else {
                             return Err(Error::Internal("a query planned as native".into()));
                         };

@@ -1,5 +1,6 @@
 mod auth;
 mod bench_query;
+mod bounds;
 mod caggs;
 mod chunks;
 mod copy;

@@ -152,11 +152,6 @@ fn decode_body(engine: &Engine, headers: &HeaderMap, body: Bytes) -> Result<Byte
     }
 }
 
-/// The budget of body bytes all requests hold at once (`http_max_inflight_bytes`),
-/// counted in KiB.
-#[derive(Default)]
-struct BodyBudget(std::sync::OnceLock<Arc<tokio::sync::Semaphore>>);
-
 /// How long a request waits for room in the body budget before a 503.
 const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long a request's whole body may take to arrive.
@@ -207,16 +202,7 @@ async fn reserve_body(
     declared: Option<u64>,
 ) -> Result<tokio::sync::OwnedSemaphorePermit, Response> {
     let cfg = engine.config();
-    let total_kib = cfg.http_max_inflight_bytes.div_ceil(1024).max(1);
-    let budget = engine
-        .shared::<BodyBudget>()
-        .0
-        .get_or_init(|| {
-            Arc::new(tokio::sync::Semaphore::new(
-                usize::try_from(total_kib).unwrap_or(usize::MAX >> 4),
-            ))
-        })
-        .clone();
+    let (budget, total_kib) = super::inflight_budget(engine);
     let gzip = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())

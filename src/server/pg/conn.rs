@@ -14,6 +14,7 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::codec::{Framed, FramedParts};
 
 use super::{AbortOnDrop, Conn, ConnRef, Handler};
 
@@ -48,8 +49,23 @@ pub(super) async fn serve(
         s = negotiate_tls(sock, tls) => s?,
     };
     // A client asking for direct TLS while none is configured.
-    let Some(mut socket) = socket else {
+    let Some(socket) = socket else {
         return Ok(());
+    };
+    // Message headers are read as they arrive, so that a message past the limit is
+    // refused before pgwire buffers it.
+    let parts = socket.into_parts();
+    let limited = super::frames::Limited::new(
+        parts.io,
+        h.engine.config().max_message_size,
+        crate::server::inflight_budget(&h.engine),
+        &parts.read_buf,
+    );
+    let mut socket = {
+        let mut p = FramedParts::new(limited?, parts.codec);
+        p.read_buf = parts.read_buf;
+        p.write_buf = parts.write_buf;
+        Framed::from_parts(p)
     };
     loop {
         let starting = matches!(
@@ -72,6 +88,14 @@ pub(super) async fn serve(
         let msg = match msg {
             Ok(None) => return Ok(()),
             Ok(Some(Ok(m))) => m,
+            Ok(Some(Err(PgWireError::IoError(ref e))))
+                if let Some(r) = e
+                    .get_ref()
+                    .and_then(|r| r.downcast_ref::<super::frames::Refusal>()) =>
+            {
+                tracing::info!(code = r.code, reason = %r.message, "Postgres client message refused");
+                return fatal(&mut socket, r.code, r.message.clone()).await;
+            }
             Ok(Some(Err(e))) => {
                 tracing::debug!(error = %e, "malformed message from a Postgres client");
                 return fatal(&mut socket, "08P01", format!("invalid message: {e}")).await;
@@ -136,6 +160,13 @@ pub(super) async fn serve(
                 extended,
             )
             .await?;
+        }
+        // A large message leaves the read buffer as large: give the memory back.
+        if socket.read_buffer().capacity() > super::frames::LARGE as usize
+            && socket.read_buffer().len() <= super::frames::LARGE as usize
+        {
+            let rest = bytes::BytesMut::from(&socket.read_buffer()[..]);
+            *socket.read_buffer_mut() = rest;
         }
         if watch.is_none()
             && let Some(c) = socket.session_extensions().get::<ConnRef>()

@@ -4,6 +4,7 @@
 
 mod auth;
 mod conn;
+mod frames;
 #[doc(hidden)]
 pub mod fuzz;
 mod params;

@@ -153,6 +153,114 @@ pub fn table_factor(tf: &mut TableFactor) {
     };
 }
 
+/// The series a rewritten `FROM` item unnests: `(SELECT unnest(generate_series(a, b))
+/// AS c) AS t` gives the `generate_series(a, b)` call and the column name `c`.
+fn unnested_series(tf: &TableFactor) -> Option<(&ast::Function, &Ident)> {
+    let TableFactor::Derived { subquery, .. } = tf else {
+        return None;
+    };
+    let SetExpr::Select(sel) = subquery.body.as_ref() else {
+        return None;
+    };
+    let [
+        SelectItem::ExprWithAlias {
+            expr: Expr::Function(outer),
+            alias,
+        },
+    ] = sel.projection.as_slice()
+    else {
+        return None;
+    };
+    let FunctionArguments::List(list) = &outer.args else {
+        return None;
+    };
+    let [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Function(inner)))] = list.args.as_slice()
+    else {
+        return None;
+    };
+    let name = inner.name.to_string().to_ascii_lowercase();
+    (sel.from.is_empty()
+        && outer.name.to_string().eq_ignore_ascii_case("unnest")
+        && TABLE_FUNCTIONS.contains(&name.as_str()))
+    .then_some((inner, alias))
+}
+
+/// Whether a series in `FROM` has a `$n` parameter among its bounds: it was planned
+/// as a list unnested, built whole in memory when it runs.
+pub fn series_over_parameters(stmt: &ast::Statement) -> bool {
+    use ast::Visit;
+    struct Finder;
+    impl ast::Visitor for Finder {
+        type Break = ();
+        fn pre_visit_table_factor(&mut self, tf: &TableFactor) -> std::ops::ControlFlow<()> {
+            match unnested_series(tf) {
+                Some((f, _)) if crate::sql::args::has_placeholder(&f.args) => {
+                    std::ops::ControlFlow::Break(())
+                }
+                _ => std::ops::ControlFlow::Continue(()),
+            }
+        }
+    }
+    stmt.visit(&mut Finder).is_break()
+}
+
+/// Once parameters are bound: a series in `FROM` whose bounds are now numeric
+/// constants is the series table again, streamed rather than built as a list.
+pub fn constant_series(stmt: &mut ast::Statement) {
+    use ast::VisitMut;
+    struct Back;
+    impl ast::VisitorMut for Back {
+        type Break = ();
+        fn pre_visit_table_factor(&mut self, tf: &mut TableFactor) -> std::ops::ControlFlow<()> {
+            if let Some(table) = series_table(tf) {
+                *tf = table;
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let _ = stmt.visit(&mut Back);
+}
+
+/// The series table for an unnested series over numeric constants.
+fn series_table(tf: &TableFactor) -> Option<TableFactor> {
+    let (f, col) = unnested_series(tf)?;
+    let TableFactor::Derived {
+        alias: Some(alias), ..
+    } = tf
+    else {
+        return None;
+    };
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    let constant = list.args.iter().all(
+        |a| matches!(a, FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if is_numeric_constant(e)),
+    );
+    if !constant {
+        return None;
+    }
+    let alias = TableAlias {
+        columns: vec![TableAliasColumnDef {
+            name: col.clone(),
+            data_type: None,
+        }],
+        ..alias.clone()
+    };
+    let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, &format!("SELECT * FROM {f}")).ok()?;
+    let Some(ast::Statement::Query(q)) = stmts.pop() else {
+        return None;
+    };
+    let SetExpr::Select(sel) = *q.body else {
+        return None;
+    };
+    let mut table = sel.from.into_iter().next()?.relation;
+    let TableFactor::Table { alias: slot, .. } = &mut table else {
+        return None;
+    };
+    *slot = Some(alias);
+    Some(table)
+}
+
 /// Whether `e` is a number built from literals (`1e9`, `10 * 1000`, `-5`,
 /// `10::int2`, NULL): the series table function folds it to a bigint when the query
 /// is planned and streams the rows. Anything else (timestamps, intervals, columns,
