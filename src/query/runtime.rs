@@ -35,3 +35,23 @@ pub fn handle() -> Handle {
         None => Handle::current(),
     }
 }
+
+tokio::task_local! {
+    /// The token that ends the statement this task runs.
+    static CANCEL: tokio_util::sync::CancellationToken;
+}
+
+/// Runs a statement's `work` on the statement runtime under its cancel `token`,
+/// which [`canceled`] reads inside work that cannot be abandoned at an await.
+pub fn spawn<T: Send + 'static>(
+    token: tokio_util::sync::CancellationToken,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    handle().spawn(CANCEL.scope(token, work))
+}
+
+/// Whether the statement this task runs has been canceled (or timed out): planning
+/// steps that compute long without an await check it and give up.
+pub fn canceled() -> bool {
+    CANCEL.try_with(|t| t.is_cancelled()).unwrap_or(false)
+}

@@ -771,7 +771,7 @@ async fn on_statement_runtime<T: Send + 'static>(
         )))
     };
     let token = c.cancel.lock().clone();
-    let mut task = crate::query::runtime::handle().spawn(work);
+    let mut task = crate::query::runtime::spawn(token.clone(), work);
     tokio::select! {
         r = &mut task => return r.unwrap_or_else(failed),
         _ = token.cancelled() => {}
@@ -878,7 +878,7 @@ async fn abandonable(
     work: impl std::future::Future<Output = Result<Output, Error>> + Send + 'static,
 ) -> Result<Output, Error> {
     let token = c.cancel.lock().clone();
-    let mut task = AbortOnDrop(crate::query::runtime::handle().spawn(work));
+    let mut task = AbortOnDrop(crate::query::runtime::spawn(token.clone(), work));
     tokio::select! {
         r = &mut task.0 => r.unwrap_or_else(|_| {
             Err(Error::Internal("the statement failed unexpectedly".into()))
