@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Lockout attacks against a running Sundial (issue 39, item 4), bounded to about 30 s.
+"""Lockout attacks against a running Sundial (issue 39, item 4), bounded to about 60 s.
 
 1. 150 sockets that never send a Postgres startup packet, then a real login; after
    6 s, how many of the silent sockets the server has closed.
 2. 1,000 HTTP connections that send request headers a byte per second (slowloris),
    then how long until a line-protocol write is accepted (tried once a second, 20 s).
+3. 1,000 HTTP connections that send nothing, then how long until a write is accepted.
 
 usage: benches/lockout_attacks.py PG_PORT HTTP_PORT   (psycopg required)
 """
@@ -65,3 +66,28 @@ while time.time() - t0 < 20 and first_ok is None:
     time.sleep(1)
 when = f"{first_ok:.1f} s" if first_ok is not None else "never (20 s)"
 print(f"http: {len(slow)} slowloris connections; first accepted write after {when}")
+for s in slow:
+    s.close()
+time.sleep(1)
+
+# 3. 1,000 HTTP connections that never send anything (they would stay for
+#    lp_idle_timeout, 300 s), then how long until a write is accepted.
+quiet = []
+for _ in range(1000):
+    try:
+        quiet.append(socket.create_connection(("127.0.0.1", http_port), timeout=2))
+    except OSError:
+        pass
+time.sleep(0.5)
+t0, first_ok = time.time(), None
+while time.time() - t0 < 20 and first_ok is None:
+    try:
+        req = urllib.request.Request(f"http://127.0.0.1:{http_port}/write?db=quiet",
+                                     data=b"m v=1 1", method="POST")
+        if urllib.request.urlopen(req, timeout=2).status == 204:
+            first_ok = time.time() - t0
+    except Exception:  # noqa: BLE001 - 503 while the slots are held
+        pass
+    time.sleep(0.25)
+when = f"{first_ok:.1f} s" if first_ok is not None else "never (20 s)"
+print(f"http: {len(quiet)} silent connections; first accepted write after {when}")

@@ -200,3 +200,31 @@ async fn large_messages_share_a_budget_and_a_stalled_one_gives_it_back() {
     assert_eq!(rows.get::<_, i32>(0), 3 << 20);
     assert_eq!(error_of(&mut stalled).await.as_deref(), Some("08P01"));
 }
+
+/// Inside a several-statement message's implicit transaction a query's rows are read
+/// before they are sent (an error in them rolls the message back): they count
+/// against the queries' memory pool, so a huge result gets 53200 instead of taking
+/// the server's memory, and one that fits is answered whole.
+#[tokio::test]
+async fn rows_held_for_an_implicit_transaction_are_bounded() {
+    let server = TestServer::start_with_args(&["--query-memory-limit", "64MiB"], &[]);
+    let c = server.connect("sundial").await;
+    let huge = "SET application_name = 'bounds'; \
+                SELECT repeat('x', 1000) FROM generate_series(1, 200000)";
+    let e = c.simple_query(huge).await.err();
+    assert_eq!(
+        e.as_ref().and_then(|e| e.code()).map(|c| c.code()),
+        Some("53200"),
+        "{e:?}"
+    );
+    let fits = "SET application_name = 'bounds'; \
+                SELECT repeat('x', 1000) FROM generate_series(1, 1000)";
+    let rows = c
+        .simple_query(fits)
+        .await
+        .expect("a result that fits")
+        .into_iter()
+        .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+        .count();
+    assert_eq!(rows, 1000);
+}

@@ -343,6 +343,38 @@ async fn http_connections_past_the_limit_get_503_and_idle_ones_are_closed() {
     );
 }
 
+/// When every HTTP slot is taken, connections idle for a second or more (here:
+/// never sent anything) give theirs up to a new connection, which gets in instead
+/// of a 503 for as long as `lp_idle_timeout` (300 s by default) would have kept them.
+#[tokio::test]
+async fn idle_http_connections_give_up_their_slots_when_slots_run_out() {
+    use tokio::io::AsyncReadExt;
+    let server = TestServer::start_with_args(&["--lp-max-connections", "2"], &[]);
+    let addr = server.http_addr.clone().expect("http port");
+    let mut idle1 = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let mut idle2 = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let resp = reqwest::Client::new()
+        .post(server.http_url("/write?db=evict"))
+        .body("m v=1 1")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(resp.status().as_u16(), 204);
+    let mut buf = [0u8; 16];
+    for idle in [&mut idle1, &mut idle2] {
+        let n = tokio::time::timeout(Duration::from_secs(30), idle.read(&mut buf))
+            .await
+            .expect("closed within the safety timeout")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+    }
+}
+
 /// A body that stops arriving part-way gets 408 after a short pause, not after the
 /// whole body deadline, so its share of the body budget goes back to other writers.
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! The HTTP port's listener: at most `lp_max_connections` connections at once (more
 //! get a 503 with `Retry-After` and are closed), and a connection that sends nothing
 //! for `lp_idle_timeout` is closed, so idle clients cannot use up file descriptors,
-//! and one whose request headers take longer than a few seconds is cut off.
+//! and one whose request headers take longer than a few seconds is cut off. When
+//! every slot is taken, connections idle for a second or more give theirs up.
 //! With TLS configured, connections are opened (HTTPS or plain) off the accept loop.
 
 use std::io;
@@ -15,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::server::tls::{self, Opened, Stream};
 use tokio_io_timeout::TimeoutStream;
@@ -26,6 +28,29 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Refused connections answered with a 503 at the same time.
 const MAX_REFUSALS: usize = 64;
+
+/// When every slot is taken, connections idle between requests (or not yet sent
+/// anything) for this long close, and a new connection waits this long for a slot
+/// before its 503.
+const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
+const SLOT_WAIT: Duration = Duration::from_millis(300);
+
+/// Asks idle connections to close: each one idle waits on the token current when
+/// it became idle, and running out of slots cancels it (and starts a new one).
+#[derive(Default)]
+struct Pressure(std::sync::Mutex<CancellationToken>);
+
+impl Pressure {
+    fn current(&self) -> CancellationToken {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn signal(&self) {
+        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        t.cancel();
+        *t = CancellationToken::new();
+    }
+}
 
 /// A listener that hands out connections while a slot is free.
 pub struct Limited {
@@ -39,6 +64,7 @@ pub struct Limited {
     refusals: Arc<Semaphore>,
     limit: usize,
     idle: Duration,
+    pressure: Arc<Pressure>,
 }
 
 impl Limited {
@@ -56,6 +82,7 @@ impl Limited {
             refusals: Arc::new(Semaphore::new(MAX_REFUSALS)),
             limit,
             idle,
+            pressure: Default::default(),
         }
     }
 }
@@ -65,14 +92,17 @@ pub struct Conn {
     io: Box<dyn Stream>,
     _slot: OwnedSemaphorePermit,
     phase: Phase,
+    pressure: Arc<Pressure>,
 }
 
 impl Conn {
-    fn new(io: Box<dyn Stream>, slot: OwnedSemaphorePermit) -> Conn {
+    fn new(io: Box<dyn Stream>, slot: OwnedSemaphorePermit, pressure: Arc<Pressure>) -> Conn {
+        let phase = Phase::idle(&pressure);
         Conn {
             io,
             _slot: slot,
-            phase: Phase::Idle,
+            phase,
+            pressure,
         }
     }
 
@@ -83,7 +113,7 @@ impl Conn {
         for &b in bytes {
             match &mut self.phase {
                 Phase::Body => return,
-                Phase::Idle => {
+                Phase::Idle { .. } => {
                     self.phase = Phase::Headers {
                         matched: usize::from(b == b'\r'),
                         deadline: Box::pin(tokio::time::sleep(HEADER_READ_TIMEOUT)),
@@ -108,15 +138,19 @@ impl Conn {
     /// than an interim one (100 Continue) ends the request.
     fn wrote(&mut self, first: &[u8]) {
         if first.starts_with(b"HTTP/") && !first.starts_with(b"HTTP/1.1 1") {
-            self.phase = Phase::Idle;
+            self.phase = Phase::idle(&self.pressure);
         }
     }
 }
 
 /// Where a connection is in its current request (see [`HEADER_READ_TIMEOUT`]).
 enum Phase {
-    /// Between requests.
-    Idle,
+    /// Between requests (or before the first): since when, and the signal to close
+    /// when slots run out.
+    Idle {
+        since: tokio::time::Instant,
+        evict: Pin<Box<WaitForCancellationFutureOwned>>,
+    },
     /// Reading a request's headers: how much of the blank line ending them was
     /// seen, and when they must be complete.
     Headers {
@@ -125,6 +159,15 @@ enum Phase {
     },
     /// Headers complete: the body, until the response.
     Body,
+}
+
+impl Phase {
+    fn idle(pressure: &Pressure) -> Phase {
+        Phase::Idle {
+            since: tokio::time::Instant::now(),
+            evict: Box::pin(pressure.current().cancelled_owned()),
+        }
+    }
 }
 
 type Timed = Pin<Box<TimeoutStream<TcpStream>>>;
@@ -158,30 +201,44 @@ impl axum::serve::Listener for Limited {
                     continue;
                 }
             };
-            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-                tracing::warn!(%peer, limit = self.limit, "HTTP connection refused: lp_max_connections reached");
-                if let Ok(permit) = self.refusals.clone().try_acquire_owned() {
-                    tokio::spawn(async move {
-                        refuse(sock).await;
-                        drop(permit);
-                    });
-                }
-                continue;
-            };
             let idle = self.idle;
-            let Some((acceptor, require)) = self.tls.clone() else {
-                let io = Box::new(timed(sock, idle));
-                return (Conn::new(io, slot), peer);
-            };
-            let ready = self.opened.0.clone();
-            tokio::spawn(async move {
-                let io: Box<dyn Stream> =
-                    match tls::open(sock, |s| timed(s, idle), &acceptor, require).await {
-                        Opened::Tls(s) => s,
-                        Opened::Plain(s) => Box::new(s),
-                        Opened::Refused => return,
+            let pressure = self.pressure.clone();
+            let slot = match self.slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    // Idle connections give their slots up; this one waits a moment
+                    // for one, off the accept loop.
+                    self.pressure.signal();
+                    let Ok(permit) = self.refusals.clone().try_acquire_owned() else {
+                        continue;
                     };
-                let _ = ready.send((Conn::new(io, slot), peer)).await;
+                    let (slots, limit) = (self.slots.clone(), self.limit);
+                    let (ready, tls) = (self.opened.0.clone(), self.tls.clone());
+                    tokio::spawn(async move {
+                        let slot = tokio::time::timeout(SLOT_WAIT, slots.acquire_owned()).await;
+                        let Ok(Ok(slot)) = slot else {
+                            tracing::warn!(%peer, limit, "HTTP connection refused: lp_max_connections reached");
+                            refuse(sock).await;
+                            drop(permit);
+                            return;
+                        };
+                        drop(permit);
+                        if let Some(conn) = open(sock, idle, tls, slot, pressure).await {
+                            let _ = ready.send((conn, peer)).await;
+                        }
+                    });
+                    continue;
+                }
+            };
+            if self.tls.is_none() {
+                let io = Box::new(timed(sock, idle));
+                return (Conn::new(io, slot, pressure), peer);
+            }
+            let (ready, tls) = (self.opened.0.clone(), self.tls.clone());
+            tokio::spawn(async move {
+                if let Some(conn) = open(sock, idle, tls, slot, pressure).await {
+                    let _ = ready.send((conn, peer)).await;
+                }
             });
         }
     }
@@ -189,6 +246,25 @@ impl axum::serve::Listener for Limited {
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
     }
+}
+
+/// A connection with its slot, over TLS when the client opens it so.
+async fn open(
+    sock: TcpStream,
+    idle: Duration,
+    tls: Option<(TlsAcceptor, bool)>,
+    slot: OwnedSemaphorePermit,
+    pressure: Arc<Pressure>,
+) -> Option<Conn> {
+    let Some((acceptor, require)) = tls else {
+        return Some(Conn::new(Box::new(timed(sock, idle)), slot, pressure));
+    };
+    let io: Box<dyn Stream> = match tls::open(sock, |s| timed(s, idle), &acceptor, require).await {
+        Opened::Tls(s) => s,
+        Opened::Plain(s) => Box::new(s),
+        Opened::Refused => return None,
+    };
+    Some(Conn::new(io, slot, pressure))
 }
 
 /// Answers 503 to a connection past the limit: reads what the client sent first (so
@@ -218,6 +294,19 @@ impl AsyncRead for Conn {
         let r = Pin::new(&mut *self.io).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = r {
             self.saw(&buf.filled()[before..]);
+        }
+        // Slots ran out while this connection waited for a request: a connection
+        // idle for a while closes (end of stream); a newer one waits for the next call.
+        let this = &mut *self;
+        if r.is_pending()
+            && let Phase::Idle { since, evict } = &mut this.phase
+            && evict.as_mut().poll(cx).is_ready()
+        {
+            if since.elapsed() >= EVICTABLE_AFTER {
+                return Poll::Ready(Ok(()));
+            }
+            *evict = Box::pin(this.pressure.current().cancelled_owned());
+            let _ = evict.as_mut().poll(cx);
         }
         if let Phase::Headers { deadline, .. } = &mut self.phase
             && deadline.as_mut().poll(cx).is_ready()

@@ -852,16 +852,37 @@ async fn run_one(c: Arc<Conn>, step: sql::Step, implicit: bool) -> Result<Output
         .unwrap_or_else(|_| Err(Error::Internal("the statement failed unexpectedly".into())));
     match res {
         Ok(Output::Rows(schema, stream)) if implicit => {
-            use futures::TryStreamExt;
-            std::panic::AssertUnwindSafe(stream.try_collect::<Vec<_>>())
+            // The rows held count against the queries' memory pool (53200 past it).
+            let pool = c.session.engine.runtime().memory_pool.clone();
+            let held = datafusion::execution::memory_pool::MemoryConsumer::new(
+                "rows of a statement in an implicit transaction",
+            )
+            .register(&pool);
+            let collect = async {
+                let mut stream = stream;
+                let mut batches = vec![];
+                while let Some(b) = stream.next().await {
+                    let b = b?;
+                    held.try_grow(b.get_array_memory_size())?;
+                    batches.push(b);
+                }
+                Ok::<_, datafusion::error::DataFusionError>(batches)
+            };
+            std::panic::AssertUnwindSafe(collect)
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| Err(operator_panicked()))
                 .map_err(Error::from)
                 .map(|batches| {
+                    // The reservation goes with the rows, given back once they
+                    // have been sent (or dropped).
+                    let rows = futures::stream::iter(batches).map(move |b| {
+                        let _held = &held;
+                        Ok(b)
+                    });
                     let again = datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
                         schema.clone(),
-                        futures::stream::iter(batches.into_iter().map(Ok)),
+                        rows,
                     );
                     Output::Rows(schema, Box::pin(again))
                 })
