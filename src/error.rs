@@ -75,6 +75,18 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this is a write that failed because the disk is full.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Error::DiskFull(_) => true,
+            Error::Io { source, .. } => {
+                source.kind() == std::io::ErrorKind::StorageFull
+                    || source.raw_os_error() == Some(libc::ENOSPC)
+            }
+            _ => false,
+        }
+    }
+
     /// Wraps an I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
         Error::Io {

@@ -200,10 +200,12 @@ fn log_path(dir: &Path, generation: u64) -> PathBuf {
 
 impl Log {
     /// Replays the log of `generation` onto `m` (a torn last record is ignored: it
-    /// was never acknowledged) and removes logs of other generations.
-    pub(super) fn replay(dir: &Path, generation: u64, m: &mut Manifest) -> Result<usize> {
+    /// was never acknowledged) and removes logs of other generations. Gives the
+    /// records applied and the bytes they take.
+    pub(super) fn replay(dir: &Path, generation: u64, m: &mut Manifest) -> Result<(usize, u64)> {
         let path = log_path(dir, generation);
         let mut applied = 0;
+        let mut kept = 0;
         if path.exists() {
             let mut bytes = vec![];
             std::fs::File::open(&path)
@@ -218,6 +220,7 @@ impl Log {
                 applied += 1;
                 at += HEADER + payload.len();
             }
+            kept = at as u64;
             if at < bytes.len() {
                 tracing::warn!(
                     log = %path.display(),
@@ -228,7 +231,7 @@ impl Log {
             }
         }
         remove_other_logs(dir, generation);
-        Ok(applied)
+        Ok((applied, kept))
     }
 
     pub(super) fn new(dir: &Path, generation: u64, checkpoint_bytes: u64) -> Log {
@@ -239,6 +242,15 @@ impl Log {
             len: 0,
             file: None,
             broken: false,
+        }
+    }
+
+    /// A log whose first `len` bytes (the records replayed) stay: changes are
+    /// appended after them (a checkpoint could not be written at start).
+    pub(super) fn resume(dir: &Path, generation: u64, checkpoint_bytes: u64, len: u64) -> Log {
+        Log {
+            len,
+            ..Log::new(dir, generation, checkpoint_bytes)
         }
     }
 

@@ -518,7 +518,7 @@ impl Catalog {
         } else {
             (Manifest::fresh(), 0, true)
         };
-        let replayed = log::Log::replay(&dir, generation, &mut manifest)?;
+        let (replayed, log_len) = log::Log::replay(&dir, generation, &mut manifest)?;
         if replayed > 0 {
             tracing::info!(changes = replayed, "replayed the catalog log");
             changed = true;
@@ -531,7 +531,16 @@ impl Catalog {
         };
         if changed {
             let mut log = cat.writer.lock();
-            cat.checkpoint(&manifest, &mut log)?;
+            match cat.checkpoint(&manifest, &mut log) {
+                // The log stays as it is (changes go on after its records) and is
+                // replayed again at the next start.
+                Err(e) if e.is_disk_full() => {
+                    let _ = std::fs::remove_file(dir.join(format!("{MANIFEST_FILE}.tmp")));
+                    *log = log::Log::resume(&dir, generation, text_len(&path), log_len);
+                    tracing::warn!(error = %e, "cannot fold the catalog log into a checkpoint: the disk is full");
+                }
+                r => r?,
+            }
         }
         Ok(cat)
     }

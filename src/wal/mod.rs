@@ -137,7 +137,14 @@ impl Wal {
         }
         let next = last_seq + 1;
         let path = dir.join(segment_name(next));
-        let file = new_segment(&path, dir)?;
+        let file = match new_segment(&path, dir) {
+            Ok(f) => Some(f),
+            Err(e) if e.is_disk_full() => {
+                tracing::warn!(error = %e, "the disk is full: writes are refused (53100) until there is room; queries are served");
+                None
+            }
+            Err(e) => return Err(e),
+        };
         let stats = Arc::new(WalStats::default());
         let last = Arc::new(AtomicU64::new(last_seq));
         let (tx, rx) = mpsc::channel();
@@ -208,7 +215,9 @@ impl Wal {
 struct Writer {
     dir: PathBuf,
     policy: FsyncPolicy,
-    file: File,
+    /// The segment being written; none while the disk had no room to create it
+    /// (every append tries again, and fails with 53100 until there is room).
+    file: Option<File>,
     path: PathBuf,
     size: u64,
     next_seq: u64,
@@ -264,10 +273,12 @@ impl Writer {
         if replies.is_empty() {
             return Ok(());
         }
-        let io = self.file.write_all(buf).and_then(|_| {
-            if self.policy == FsyncPolicy::Fsync {
-                self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
-                self.file.sync_data()
+        let (policy, stats) = (self.policy, self.stats.clone());
+        let io = self.segment().and_then(|file| {
+            file.write_all(buf)?;
+            if policy == FsyncPolicy::Fsync {
+                stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+                file.sync_data()
             } else {
                 Ok(())
             }
@@ -307,14 +318,31 @@ impl Writer {
                     };
                     let _ = reply.send(Err(err));
                 }
-                let _ = self.file.set_len(self.size);
-                let _ = self.file.seek(SeekFrom::Start(self.size));
+                if let Some(file) = self.file.as_mut() {
+                    let _ = file.set_len(self.size);
+                    let _ = file.seek(SeekFrom::Start(self.size));
+                }
             }
         }
         if self.size >= SEGMENT_TARGET {
             self.rotate()?;
         }
         res
+    }
+
+    /// The segment to append to, created first when the disk had no room for it.
+    fn segment(&mut self) -> std::io::Result<&mut File> {
+        if self.file.is_none() {
+            let made = new_segment(&self.path, &self.dir).map_err(|e| match e {
+                Error::Io { source, .. } => source,
+                other => std::io::Error::other(other.to_string()),
+            })?;
+            tracing::info!(segment = %self.path.display(), "the WAL has room again: writes are accepted");
+            self.file = Some(made);
+        }
+        self.file
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("no WAL segment"))
     }
 
     fn rotate(&mut self) -> Result<()> {
@@ -325,10 +353,11 @@ impl Writer {
         // The segment being left is complete and durable before the next one exists,
         // whatever the fsync policy: a hole in the middle of the log is an error at
         // start-up, a torn end of the last segment is not.
-        self.file
-            .sync_data()
-            .map_err(|e| Error::io(format!("cannot sync {}", self.path.display()), e))?;
-        self.file = new_segment(&path, &self.dir)?;
+        if let Some(file) = &self.file {
+            file.sync_data()
+                .map_err(|e| Error::io(format!("cannot sync {}", self.path.display()), e))?;
+        }
+        self.file = Some(new_segment(&path, &self.dir)?);
         self.path = path;
         self.size = SEGMENT_MAGIC.len() as u64;
         Ok(())
