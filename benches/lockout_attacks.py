@@ -41,6 +41,29 @@ print(f"postgres: silent sockets closed by the server after 6 s: {closed} of {le
 for s in silent:
     s.close()
 
+
+
+def first_accepted_write(db, every, each=lambda: None):
+    """Seconds until a line-protocol write to `db` gets 204, tried every `every`
+    seconds for 20 s (`each` runs before every try); None when none was accepted."""
+    t0 = time.time()
+    while time.time() - t0 < 20:
+        each()
+        try:
+            req = urllib.request.Request(f"http://127.0.0.1:{http_port}/write?db={db}",
+                                         data=b"m v=1 1", method="POST")
+            if urllib.request.urlopen(req, timeout=2).status == 204:
+                return time.time() - t0
+        except Exception:  # noqa: BLE001 - 503 while the slots are held
+            pass
+        time.sleep(every)
+    return None
+
+
+def when(seconds):
+    return f"{seconds:.1f} s" if seconds is not None else "never (20 s)"
+
+
 slow = []
 for _ in range(1000):
     try:
@@ -49,23 +72,18 @@ for _ in range(1000):
         slow.append(s)
     except OSError:
         pass
-t0, first_ok = time.time(), None
-while time.time() - t0 < 20 and first_ok is None:
+
+
+def trickle():
     for s in slow:
         try:
             s.send(b"a")
         except OSError:
             pass
-    try:
-        req = urllib.request.Request(f"http://127.0.0.1:{http_port}/write?db=slowloris",
-                                     data=b"m v=1 1", method="POST")
-        if urllib.request.urlopen(req, timeout=2).status == 204:
-            first_ok = time.time() - t0
-    except Exception:  # noqa: BLE001 - 503 while the slots are held
-        pass
-    time.sleep(1)
-when = f"{first_ok:.1f} s" if first_ok is not None else "never (20 s)"
-print(f"http: {len(slow)} slowloris connections; first accepted write after {when}")
+
+
+print(f"http: {len(slow)} slowloris connections; first accepted write after "
+      f"{when(first_accepted_write('slowloris', 1, trickle))}")
 for s in slow:
     s.close()
 time.sleep(1)
@@ -79,15 +97,5 @@ for _ in range(1000):
     except OSError:
         pass
 time.sleep(0.5)
-t0, first_ok = time.time(), None
-while time.time() - t0 < 20 and first_ok is None:
-    try:
-        req = urllib.request.Request(f"http://127.0.0.1:{http_port}/write?db=quiet",
-                                     data=b"m v=1 1", method="POST")
-        if urllib.request.urlopen(req, timeout=2).status == 204:
-            first_ok = time.time() - t0
-    except Exception:  # noqa: BLE001 - 503 while the slots are held
-        pass
-    time.sleep(0.25)
-when = f"{first_ok:.1f} s" if first_ok is not None else "never (20 s)"
-print(f"http: {len(quiet)} silent connections; first accepted write after {when}")
+print(f"http: {len(quiet)} silent connections; first accepted write after "
+      f"{when(first_accepted_write('quiet', 0.25))}")

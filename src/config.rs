@@ -476,10 +476,11 @@ impl Settings {
     }
 }
 
-/// The memory budget when none is configured: 1 GiB, or a quarter of the machine's
-/// memory when that is less (at least 256 MiB). The TSBS loads peak at 440–750 MiB
-/// with it, within 5% of the ingest rate 2 GiB gives (BENCHMARKS.md).
-pub const DEFAULT_MEMORY_LIMIT: u64 = 1024 * 1024 * 1024;
+/// The memory budget when none is configured: 2 GiB, or a quarter of the machine's
+/// memory when that is less (at least 256 MiB). The TSBS loads peak under 1 GiB with
+/// it; 1 GiB would shrink the decoded-columns cache below TSBS cpu-only's columns
+/// and slow its small queries 1.3–2× (BENCHMARKS.md, "Resource bounds, second pass").
+pub const DEFAULT_MEMORY_LIMIT: u64 = 2 * 1024 * 1024 * 1024;
 const MIN_MEMORY_LIMIT: u64 = 256 * 1024 * 1024;
 /// Queries need at least this much of the budget.
 const MIN_QUERY_MEMORY: u64 = 64 * 1024 * 1024;
@@ -540,7 +541,7 @@ fn split_memory(c: &mut Config, m: &MemorySettings) -> Result<()> {
     Ok(())
 }
 
-/// 1 GiB, or a quarter of physical memory when that is less (at least 256 MiB).
+/// 2 GiB, or a quarter of physical memory when that is less (at least 256 MiB).
 fn default_memory_limit() -> u64 {
     // SAFETY: sysconf only reads system configuration.
     let (pages, page) = unsafe {
@@ -751,7 +752,7 @@ mod tests {
             .to_string();
         assert!(e.contains("raise memory_limit"), "{e}");
         assert!(sized(&[("memory_limit", "0")]).is_err());
-        // The default budget is at most 1 GiB and its parts add up within it.
+        // The default budget is at most 2 GiB and its parts add up within it.
         let c = sized(&[]).unwrap();
         assert!(c.memory_limit <= DEFAULT_MEMORY_LIMIT && c.memory_limit >= MIN_MEMORY_LIMIT);
         assert!(
