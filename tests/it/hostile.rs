@@ -401,6 +401,42 @@ async fn a_stalled_request_body_gets_408_after_a_short_pause() {
     assert!(write_accepted_soon(&server, "stall").await);
 }
 
+/// A body that keeps coming a few bytes at a time (never pausing 5 s) gets 408 once
+/// it falls under 500 bytes a second, not at the 60 s body deadline: a trickler
+/// gives its share of the body budget back early.
+#[tokio::test]
+async fn a_trickling_request_body_gets_408_under_the_minimum_rate() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start();
+    let addr = server.http_addr.clone().expect("http port");
+    let mut sock = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    sock.write_all(
+        b"POST /write?db=trickle HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nm v=1 1\n",
+    )
+    .await
+    .expect("headers and a first piece");
+    let (mut read, mut write) = sock.into_split();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            if write.write_all(b"m v=1 1\n").await.is_err() {
+                break;
+            }
+        }
+    });
+    // A hang guard far below the 60 s body deadline.
+    let mut answer = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(30), read.read(&mut answer))
+        .await
+        .expect("an answer before the body deadline")
+        .unwrap_or(0);
+    trickle.abort();
+    let head = String::from_utf8_lossy(&answer[..n]).to_string();
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+}
+
 /// Whether a line-protocol write to `db` gets 204 within 100 tries 100 ms apart.
 async fn write_accepted_soon(server: &TestServer, db: &str) -> bool {
     for _ in 0..100 {
@@ -566,7 +602,8 @@ async fn request_bodies_are_bounded_per_request_and_in_total() {
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
 
     // A request that declares no length holds the whole (smaller) budget while its
-    // body trickles in (a piece every 2 s: never a pause long enough to be cut off).
+    // body comes in slowly (1,200 bytes every 2 s: never a pause long enough to be
+    // cut off, and above the minimum rate of 500 bytes a second).
     let mut slow = tokio::net::TcpStream::connect(&addr)
         .await
         .expect("connect");
@@ -575,10 +612,11 @@ async fn request_bodies_are_bounded_per_request_and_in_total() {
     )
     .await
     .unwrap();
+    let piece = format!("4b0\r\n{}\r\n", "m v=1 1\n".repeat(150));
     let trickle = tokio::spawn(async move {
         for _ in 0..6 {
             tokio::time::sleep(Duration::from_secs(2)).await;
-            slow.write_all(b"8\r\nm v=1 1\n\r\n").await.unwrap();
+            slow.write_all(piece.as_bytes()).await.unwrap();
         }
         slow
     });

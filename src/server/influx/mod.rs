@@ -159,6 +159,10 @@ const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 /// How long a body may pause between two pieces: a sender that stalls gives its
 /// share of the body budget back to the writers waiting for it.
 const BODY_STALL: std::time::Duration = std::time::Duration::from_secs(5);
+/// Past its first [`BODY_STALL`], a body must keep arriving at this many bytes a
+/// second on average (as Apache's mod_reqtimeout `MinRate=500`): one that trickles a
+/// byte every few seconds gives its share of the budget back early too.
+const BODY_MIN_RATE: u64 = 500;
 
 /// Why a request body was not read.
 enum BodyFailure {
@@ -167,15 +171,19 @@ enum BodyFailure {
     Broken,
 }
 
-/// A request body of at most `limit` bytes, arriving within [`BODY_DEADLINE`] and
-/// never pausing longer than [`BODY_STALL`].
+/// A request body of at most `limit` bytes, arriving within [`BODY_DEADLINE`], never
+/// pausing longer than [`BODY_STALL`] and no slower than [`BODY_MIN_RATE`] after it.
 async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyFailure> {
     use futures::StreamExt;
-    let deadline = tokio::time::Instant::now() + BODY_DEADLINE;
+    let start = tokio::time::Instant::now();
+    let deadline = start + BODY_DEADLINE;
     let mut pieces = body.into_data_stream();
     let mut buf = bytes::BytesMut::new();
     loop {
-        let wait = deadline
+        // What has arrived buys time at the minimum rate, past the first pause.
+        let earned = std::time::Duration::from_millis(buf.len() as u64 * 1000 / BODY_MIN_RATE);
+        let until = deadline.min(start + BODY_STALL + earned);
+        let wait = until
             .saturating_duration_since(tokio::time::Instant::now())
             .min(BODY_STALL);
         match tokio::time::timeout(wait, pieces.next()).await {
@@ -347,7 +355,7 @@ async fn handle_write(
         Err(BodyFailure::Late) => {
             return error_response(
                 StatusCode::REQUEST_TIMEOUT,
-                "the request body did not arrive in time (a pause of over 5 s, or over 60 s in all)",
+                "the request body did not arrive in time (a pause of over 5 s, under 500 bytes a second after the first 5 s, or over 60 s in all)",
                 None,
             );
         }
