@@ -109,7 +109,10 @@ impl ScalarUDFImpl for PgRint {
     }
 }
 
-/// Integer `+`, `-`, `*` that fail on overflow instead of wrapping.
+/// Integer `+`, `-`, `*` that fail on overflow instead of wrapping. A chain of one
+/// operator (`a + b + c`) is one call over all its operands, applied left to right
+/// as PostgreSQL does (the first overflow is the error): a call per operator made
+/// planning a long chain take seconds.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct CheckedArith {
     op: Operator,
@@ -120,7 +123,7 @@ impl CheckedArith {
     fn new(op: Operator) -> Self {
         CheckedArith {
             op,
-            signature: Signature::any(2, Volatility::Immutable),
+            signature: Signature::variadic_any(Volatility::Immutable),
         }
     }
 }
@@ -186,22 +189,31 @@ impl ScalarUDFImpl for CheckedArith {
             .iter()
             .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let out = match self.op {
-            Operator::Plus => numeric::add(&arrays[0], &arrays[1]),
-            Operator::Minus => numeric::sub(&arrays[0], &arrays[1]),
-            _ => numeric::mul(&arrays[0], &arrays[1]),
+        let Some((first, rest)) = arrays.split_first() else {
+            return Err(datafusion::error::DataFusionError::Internal(format!(
+                "{} without operands",
+                self.name()
+            )));
+        };
+        let mut out = first.clone();
+        for next in rest {
+            out = match self.op {
+                Operator::Plus => numeric::add(&out, next),
+                Operator::Minus => numeric::sub(&out, next),
+                _ => numeric::mul(&out, next),
+            }
+            .map_err(|e| {
+                datafusion::error::DataFusionError::External(Box::new(crate::Error::sql(
+                    "22003",
+                    match first.data_type() {
+                        DataType::Int16 => "smallint out of range".to_string(),
+                        DataType::Int32 => "integer out of range".to_string(),
+                        DataType::Int64 => "bigint out of range".to_string(),
+                        _ => e.to_string(),
+                    },
+                )))
+            })?;
         }
-        .map_err(|e| {
-            datafusion::error::DataFusionError::External(Box::new(crate::Error::sql(
-                "22003",
-                match arrays[0].data_type() {
-                    DataType::Int16 => "smallint out of range".to_string(),
-                    DataType::Int32 => "integer out of range".to_string(),
-                    DataType::Int64 => "bigint out of range".to_string(),
-                    _ => e.to_string(),
-                },
-            )))
-        })?;
         super::columnar(out, scalar)
     }
 }
@@ -297,9 +309,19 @@ impl AnalyzerRule for RoundingCasts {
                         let rt = right.get_type(&schema as &dyn ExprSchema).ok();
                         return Ok(match (udf, lt, rt) {
                             (Some(udf), Some(lt), Some(rt)) if is_int(&lt) && lt == rt => {
+                                // The chain so far, of the same operator and type, takes
+                                // one more operand.
+                                let args = match *left {
+                                    Expr::ScalarFunction(f) if f.func.name() == udf.name() => {
+                                        let mut args = f.args;
+                                        args.push(*right);
+                                        args
+                                    }
+                                    left => vec![left, *right],
+                                };
                                 Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
                                     udf.clone(),
-                                    vec![*left, *right],
+                                    args,
                                 )))
                             }
                             _ => Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op, right })),
