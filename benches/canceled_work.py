@@ -8,29 +8,14 @@ statement) and its peak RSS meanwhile.
 
 usage: benches/canceled_work.py PG_PORT SERVER_PID   (psycopg required)
 """
-import os
 import sys
-import threading
 import time
 
 import psycopg
 
+from procstat import PeakRss, cpu_seconds
+
 port, pid = int(sys.argv[1]), int(sys.argv[2])
-tick = os.sysconf("SC_CLK_TCK")
-
-
-def cpu():
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / tick
-
-
-def rss_mib():
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 CASES = [
@@ -42,28 +27,17 @@ CASES = [
 for name, sql, params in CASES:
     c = psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True)
     c.execute("SET statement_timeout = '1s'")
-    peak = [rss_mib()]
-    done = threading.Event()
-
-    def watch():
-        while not done.is_set():
-            peak[0] = max(peak[0], rss_mib())
-            time.sleep(0.05)
-
-    w = threading.Thread(target=watch)
-    w.start()
-    t = time.time()
-    try:
-        c.execute(sql, params)
-        outcome = "answered"
-    except psycopg.Error as e:
-        outcome = e.sqlstate or "error"
-    ended = time.time() - t
-    c0 = cpu()
-    time.sleep(3)
-    after = cpu() - c0
-    done.set()
-    w.join()
-    print(f"{name}: {outcome} after {ended:.2f} s; CPU in the 3 s after: {after:.2f} s; peak RSS {peak[0]:.0f} MiB")
+    with PeakRss(pid) as peak:
+        t = time.time()
+        try:
+            c.execute(sql, params)
+            outcome = "answered"
+        except psycopg.Error as e:
+            outcome = e.sqlstate or "error"
+        ended = time.time() - t
+        c0 = cpu_seconds(pid)
+        time.sleep(3)
+        after = cpu_seconds(pid) - c0
+    print(f"{name}: {outcome} after {ended:.2f} s; CPU in the 3 s after: {after:.2f} s; peak RSS {peak.mib:.0f} MiB")
     c.close()
     time.sleep(1)

@@ -10,17 +10,10 @@ import socket
 import struct
 import sys
 import threading
-import time
+
+from procstat import PeakRss
 
 port, pid = int(sys.argv[1]), int(sys.argv[2])
-
-
-def rss_mib():
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def login():
@@ -54,25 +47,12 @@ def attack(i):
     s.close()
 
 
-peak = [rss_mib()]
-done = threading.Event()
-
-
-def watch():
-    while not done.is_set():
-        peak[0] = max(peak[0], rss_mib())
-        time.sleep(0.05)
-
-
-w = threading.Thread(target=watch)
-w.start()
 threads = [threading.Thread(target=attack, args=(i,)) for i in range(4)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-done.set()
-w.join()
+with PeakRss(pid) as peak:
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 for i in range(4):
     print(f"connection {i}: {sent[i]} MiB sent, {outcome[i]}")
-print(f"server peak RSS: {peak[0]:.0f} MiB")
+print(f"server peak RSS: {peak.mib:.0f} MiB")

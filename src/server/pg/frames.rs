@@ -214,9 +214,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Limited<S> {
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Ready(Ok(())) => {
                 this.stall = None;
-                let filled = buf.filled().len();
-                let new = buf.filled()[before..filled].to_vec();
-                if let Err((at, e)) = this.scan(&new) {
+                if let Err((at, e)) = this.scan(&buf.filled()[before..]) {
                     // The messages before the refused one go through first.
                     buf.set_filled(before + at);
                     if at == 0 {
