@@ -3,6 +3,7 @@
 //! and function arguments by position and by name (`name => value`); bound `$n`
 //! values put into statements Sundial runs itself.
 
+use arrow::datatypes::DataType;
 use datafusion::sql::sqlparser::ast::{self, Expr, FunctionArg, FunctionArgExpr, Value};
 
 use crate::error::{Error, Result};
@@ -209,7 +210,9 @@ pub fn bind_placeholders(
                     num
                 }
             }
-            // Times as text PostgreSQL reads back (ISO 8601), not raw ticks.
+            // Times as text PostgreSQL reads back (ISO 8601), not raw ticks, cast to
+            // the parameter's type: a typed parameter keeps its type, as in
+            // PostgreSQL (`generate_series($1, $2, '1 hour')` over timestamptz).
             ScalarValue::TimestampSecond(..)
             | ScalarValue::TimestampMillisecond(..)
             | ScalarValue::TimestampMicrosecond(..)
@@ -223,8 +226,31 @@ pub fn bind_placeholders(
                     .ok()
                     .and_then(|a| arrow::util::display::array_value_to_string(&a, 0).ok())
                     .unwrap_or_else(|| v.to_string());
-                ast::Expr::value(ast::Value::SingleQuotedString(text))
+                let ty = match v.data_type() {
+                    DataType::Timestamp(_, Some(_)) => {
+                        ast::DataType::Timestamp(None, ast::TimezoneInfo::WithTimeZone)
+                    }
+                    DataType::Timestamp(_, None) => {
+                        ast::DataType::Timestamp(None, ast::TimezoneInfo::None)
+                    }
+                    DataType::Date32 | DataType::Date64 => ast::DataType::Date,
+                    _ => ast::DataType::Time(None, ast::TimezoneInfo::None),
+                };
+                typed(text, ty)
             }
+            // fields as units every interval reader takes, exactly
+            ScalarValue::IntervalMonthDayNano(Some(i)) => typed(
+                format!(
+                    "{} months {} days {} microseconds",
+                    i.months,
+                    i.days,
+                    i.nanoseconds / 1000
+                ),
+                ast::DataType::Interval {
+                    fields: None,
+                    precision: None,
+                },
+            ),
             other => ast::Expr::value(ast::Value::SingleQuotedString(other.to_string())),
         })
     }));
@@ -232,6 +258,17 @@ pub fn bind_placeholders(
         return Err(Error::sql("08P01", format!("there is no parameter ${i}")));
     }
     Ok(out)
+}
+
+/// `'text'::ty`.
+fn typed(text: String, ty: ast::DataType) -> ast::Expr {
+    ast::Expr::Cast {
+        kind: ast::CastKind::DoubleColon,
+        expr: Box::new(ast::Expr::value(ast::Value::SingleQuotedString(text))),
+        data_type: ty,
+        array: false,
+        format: None,
+    }
 }
 
 struct BindValues<F>(F);

@@ -116,7 +116,7 @@ pub fn table_factor(tf: &mut TableFactor) {
         }
         return;
     }
-    let constant_args = exprs.iter().all(is_numeric_constant);
+    let constant_args = exprs.iter().all(is_constant_bound);
     if fname == "unnest" {
         *tf = TableFactor::UNNEST {
             alias: Some(alias_with_column(alias.take(), "unnest")),
@@ -135,6 +135,24 @@ pub fn table_factor(tf: &mut TableFactor) {
     // one derived table.
     let a = alias_with_column(alias.take(), &fname);
     let col = a.columns[0].name.clone();
+    let mut exprs = exprs;
+    if let [start, end, step] = exprs.as_mut_slice()
+        && (is_time_typed(start) || is_time_typed(end))
+        && is_bare_string(step)
+    {
+        // `generate_series($1::timestamptz, $2::timestamptz, '1 hour')`: the step
+        // is an interval, as PostgreSQL reads the untyped literal
+        *step = Expr::Cast {
+            kind: ast::CastKind::DoubleColon,
+            expr: Box::new(step.clone()),
+            data_type: DataType::Interval {
+                fields: None,
+                precision: None,
+            },
+            array: false,
+            format: None,
+        };
+    }
     let mut item = call(&fname, exprs);
     if TABLE_FUNCTIONS.contains(&fname.as_str()) {
         item = call("unnest", vec![item]);
@@ -233,9 +251,12 @@ fn series_table(tf: &TableFactor) -> Option<TableFactor> {
     let FunctionArguments::List(list) = &f.args else {
         return None;
     };
-    let constant = list.args.iter().all(
-        |a| matches!(a, FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if is_numeric_constant(e)),
-    );
+    // A bound parameter arrives as text; bare (no cast) it has no type the series
+    // could be chosen by, so it stays with the typed plan's list.
+    let constant = list.args.iter().all(|a| {
+        matches!(a, FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
+            if is_constant_bound(e) && !is_bare_string(e))
+    });
     if !constant {
         return None;
     }
@@ -259,6 +280,117 @@ fn series_table(tf: &TableFactor) -> Option<TableFactor> {
     };
     *slot = Some(alias);
     Some(table)
+}
+
+/// Whether `e` is a series bound the series table can fold when the query is
+/// planned: numbers as [`is_numeric_constant`] takes them, and times built from
+/// literals and the statement's clock (`'2024-01-01'::timestamptz`,
+/// `now() - interval '1 day'`, `date_trunc('hour', now())`, `'1 hour'`). Columns,
+/// parameters and subqueries go the general way (a list per row).
+fn is_constant_bound(e: &Expr) -> bool {
+    /// Functions of constants whose value is fixed for a statement.
+    const CONSTANT_FUNCTIONS: [&str; 12] = [
+        "now",
+        "current_timestamp",
+        "current_date",
+        "localtimestamp",
+        "transaction_timestamp",
+        "date_trunc",
+        "date_bin",
+        "time_bucket",
+        "to_timestamp",
+        "make_date",
+        "make_timestamp",
+        "make_timestamptz",
+    ];
+    match e {
+        Expr::Value(v) => matches!(
+            v.value,
+            ast::Value::Number(..) | ast::Value::Null | ast::Value::SingleQuotedString(_)
+        ),
+        Expr::TypedString(t) => is_time_type(&t.data_type),
+        Expr::Interval(i) => is_constant_bound(&i.value),
+        Expr::Nested(x) => is_constant_bound(x),
+        Expr::UnaryOp { expr, .. } => is_constant_bound(expr),
+        Expr::BinaryOp { left, op, right } => {
+            matches!(op, ast::BinaryOperator::Plus | ast::BinaryOperator::Minus)
+                && is_constant_bound(left)
+                && is_constant_bound(right)
+                || is_numeric_constant(e)
+        }
+        Expr::Cast {
+            expr, data_type, ..
+        } => is_time_type(data_type) && is_constant_bound(expr) || is_numeric_constant(e),
+        Expr::AtTimeZone {
+            timestamp,
+            time_zone,
+        } => is_constant_bound(timestamp) && is_constant_bound(time_zone),
+        Expr::Function(f) => {
+            let [name] = name_parts(&f.name)[..] else {
+                return false;
+            };
+            let name = name.value.to_ascii_lowercase();
+            let args_constant = match &f.args {
+                FunctionArguments::None => true,
+                FunctionArguments::List(list) => {
+                    list.duplicate_treatment.is_none()
+                        && list.clauses.is_empty()
+                        && list.args.iter().all(|a| {
+                            matches!(a, FunctionArg::Unnamed(FunctionArgExpr::Expr(x))
+                                if is_constant_bound(x))
+                        })
+                }
+                FunctionArguments::Subquery(_) => false,
+            };
+            CONSTANT_FUNCTIONS.contains(&name.as_str())
+                && args_constant
+                && f.filter.is_none()
+                && f.over.is_none()
+                && f.within_group.is_empty()
+        }
+        _ => is_numeric_constant(e),
+    }
+}
+
+/// `timestamp`, `timestamptz`, `date` or `interval`, however spelled.
+fn is_time_type(dt: &DataType) -> bool {
+    match dt {
+        DataType::Timestamp(..) | DataType::Date | DataType::Interval { .. } => true,
+        DataType::Custom(name, mods) if mods.is_empty() => {
+            name_parts(name).last().is_some_and(|n| {
+                ["timestamptz", "timestamp", "date", "interval"]
+                    .iter()
+                    .any(|t| n.value.eq_ignore_ascii_case(t))
+            })
+        }
+        _ => false,
+    }
+}
+
+/// Whether `e` is plainly a time: a cast to a time type, a typed time literal or
+/// the statement's clock.
+fn is_time_typed(e: &Expr) -> bool {
+    match e {
+        Expr::Cast { data_type, .. } => is_time_type(data_type),
+        Expr::TypedString(t) => is_time_type(&t.data_type),
+        Expr::Nested(x) => is_time_typed(x),
+        Expr::Function(f) => name_parts(&f.name).last().is_some_and(|n| {
+            ["now", "current_timestamp", "localtimestamp", "date_trunc"]
+                .iter()
+                .any(|t| n.value.eq_ignore_ascii_case(t))
+        }),
+        Expr::BinaryOp { left, right, .. } => is_time_typed(left) || is_time_typed(right),
+        _ => false,
+    }
+}
+
+/// A string literal with no type of its own.
+fn is_bare_string(e: &Expr) -> bool {
+    match e {
+        Expr::Value(v) => matches!(v.value, ast::Value::SingleQuotedString(_)),
+        Expr::Nested(x) => is_bare_string(x),
+        _ => false,
+    }
 }
 
 /// Whether `e` is a number built from literals (`1e9`, `10 * 1000`, `-5`,
