@@ -12,6 +12,7 @@ use datafusion::error::Result;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
 use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
 };
 use datafusion::prelude::SessionContext;
 
@@ -50,6 +51,12 @@ struct Guarded {
     sizing: Sizing,
     /// The statement's memory pool (the engine's query pool).
     pool: Arc<dyn MemoryPool>,
+    /// The inner function's, marked volatile: a call over constants is not folded
+    /// into the plan, where a million-element series or a 100 MB `repeat` would be
+    /// held outside the pool and printed whole by EXPLAIN (once per optimizer pass
+    /// with VERBOSE: 1 GB of text for `generate_series(1, 1000000)`). It runs when
+    /// the statement does, checked against the pool.
+    signature: Signature,
 }
 
 impl PartialEq for Guarded {
@@ -346,7 +353,7 @@ impl ScalarUDFImpl for Guarded {
     }
 
     fn signature(&self) -> &Signature {
-        self.inner.signature()
+        &self.signature
     }
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
@@ -381,10 +388,13 @@ pub fn register(ctx: &SessionContext) {
         ("generate_series", Sizing::Series),
     ] {
         if let Ok(inner) = datafusion::execution::FunctionRegistry::udf(ctx, name) {
+            let mut signature = inner.signature().clone();
+            signature.volatility = Volatility::Volatile;
             ctx.register_udf(ScalarUDF::new_from_impl(Guarded {
                 inner,
                 sizing,
                 pool: pool.clone(),
+                signature,
             }));
         }
     }
