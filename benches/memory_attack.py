@@ -24,6 +24,7 @@ N = 50_000_000
 CASES = [
     ("time series, a year of seconds", "SELECT count(*) FROM generate_series('2024-01-01'::timestamp, '2024-12-31'::timestamp, interval '1 second')"),
     ("EXPLAIN of that series", "EXPLAIN SELECT count(*) FROM generate_series('2024-01-01'::timestamp, '2024-12-31'::timestamp, interval '1 second')"),
+    ("EXPLAIN VERBOSE, select-list 1e6", "EXPLAIN VERBOSE SELECT count(*) FROM (SELECT generate_series(1, 1000000) AS g) s"),
     ("select-list series 1e8", "SELECT count(*) FROM (SELECT generate_series(1, 100000000) AS g) s"),
     ("sort 5e7 rows", f"SELECT g FROM generate_series(1, {N}) g ORDER BY g % 1000, g DESC LIMIT 1 OFFSET 40000000"),
     ("group by 5e7 keys", f"SELECT count(*) FROM (SELECT g, count(*) FROM generate_series(1, {N}) g GROUP BY g) s"),

@@ -301,4 +301,28 @@ async fn rows_held_for_an_implicit_transaction_are_bounded() {
         .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
         .count();
     assert_eq!(rows, 1000);
+
+    // string_agg's string is reserved before it grows: 200 MB cannot be built in
+    // a 64 MiB pool (before, its last doubling was only counted once made), and
+    // what fits is answered.
+    let e = c
+        .simple_query(
+            "SELECT length(string_agg(repeat('x', 100), ',')) FROM generate_series(1, 2000000)",
+        )
+        .await
+        .err();
+    assert_eq!(
+        e.as_ref().and_then(|e| e.code()).map(|c| c.code()),
+        Some("53200"),
+        "{e:?}"
+    );
+    let n: i64 = c
+        .query_one(
+            "SELECT length(string_agg(repeat('x', 100), ','))::bigint FROM generate_series(1, 20000)",
+            &[],
+        )
+        .await
+        .expect("a string that fits")
+        .get(0);
+    assert_eq!(n, 2_019_999);
 }

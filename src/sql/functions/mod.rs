@@ -17,6 +17,7 @@ pub mod regex;
 pub mod series;
 pub mod session_zone;
 pub mod spread;
+pub mod string_agg;
 pub mod time_bucket;
 pub mod to_char;
 pub mod to_timestamp;
@@ -241,6 +242,7 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
     pgfuncs::register(ctx);
     interval_avg::register(ctx);
     limits::register(ctx);
+    string_agg::register(ctx);
     ctx.register_udtf(
         "generate_series",
         Arc::new(series::Series::generate_series()),
