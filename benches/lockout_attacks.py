@@ -6,6 +6,9 @@
 2. 1,000 HTTP connections that send request headers a byte per second (slowloris),
    then how long until a line-protocol write is accepted (tried once a second, 20 s).
 3. 1,000 HTTP connections that send nothing, then how long until a write is accepted.
+4. 12 line-protocol requests that declare 31 MiB bodies (together more than the
+   default 256 MiB body budget) and send 1 KB a second, then how long until a
+   write is accepted.
 
 usage: benches/lockout_attacks.py PG_PORT HTTP_PORT   (psycopg required)
 """
@@ -99,3 +102,33 @@ for _ in range(1000):
 time.sleep(0.5)
 print(f"http: {len(quiet)} silent connections; first accepted write after "
       f"{when(first_accepted_write('quiet', 0.25))}")
+for s in quiet:
+    s.close()
+time.sleep(1)
+
+# 4. 12 requests declaring 31 MiB bodies, each sent at 1 KB a second: above the
+#    500 bytes a second minimum, far below the pace that brings 31 MiB in within
+#    the 60 s body deadline.
+big = []
+for _ in range(12):
+    s = socket.create_connection(("127.0.0.1", http_port), timeout=2)
+    s.sendall(b"POST /write?db=bodies HTTP/1.1\r\nHost: x\r\nContent-Length: 32505856\r\n\r\n")
+    big.append(s)
+time.sleep(0.5)
+last = [time.time()]
+
+
+def feed():
+    if time.time() - last[0] >= 1:
+        last[0] = time.time()
+        for s in big:
+            try:
+                s.send(b"m v=1 1\n" * 128)
+            except OSError:
+                pass
+
+
+print(f"http: 12 slow 31 MiB bodies; first accepted write after "
+      f"{when(first_accepted_write('bodies', 0.5, feed))}")
+for s in big:
+    s.close()

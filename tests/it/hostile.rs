@@ -413,6 +413,36 @@ async fn a_trickling_request_body_gets_408_under_the_minimum_rate() {
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
 }
 
+/// A body that declares 8 MB and sends 4 KB a second (above 500 bytes a second,
+/// far under the 145 KB a second that would bring it in within the 60 s deadline)
+/// gets 408 after the first 5 s, instead of holding its 8 MB share of the body
+/// budget for the whole minute.
+#[tokio::test]
+async fn a_body_too_slow_to_arrive_in_time_gets_408_early() {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer::start();
+    let addr = server.http_addr.clone().expect("http port");
+    let mut sock = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    sock.write_all(b"POST /write?db=pace HTTP/1.1\r\nHost: x\r\nContent-Length: 8000000\r\n\r\n")
+        .await
+        .expect("headers");
+    let (mut read, mut write) = sock.into_split();
+    let piece = "m v=1 1\n".repeat(512);
+    let sender = tokio::spawn(async move {
+        for _ in 0..60 {
+            if write.write_all(piece.as_bytes()).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let head = http_head(&mut read).await;
+    sender.abort();
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+}
+
 /// Whether a line-protocol write to `db` gets 204 within 100 tries 100 ms apart.
 async fn write_accepted_soon(server: &TestServer, db: &str) -> bool {
     for _ in 0..100 {
@@ -579,8 +609,9 @@ async fn request_bodies_are_bounded_per_request_and_in_total() {
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
 
     // A request that declares no length holds the whole (smaller) budget while its
-    // body comes in slowly (1,200 bytes every 2 s: never a pause long enough to be
-    // cut off, and above the minimum rate of 500 bytes a second).
+    // body comes in slowly (3,000 bytes every 2 s: never a pause long enough to be
+    // cut off, and above the pace that fills its 64 KiB share within the 60 s
+    // deadline, 1.2 KB a second).
     let mut slow = tokio::net::TcpStream::connect(&addr)
         .await
         .expect("connect");
@@ -589,7 +620,7 @@ async fn request_bodies_are_bounded_per_request_and_in_total() {
     )
     .await
     .unwrap();
-    let piece = format!("4b0\r\n{}\r\n", "m v=1 1\n".repeat(150));
+    let piece = format!("bb8\r\n{}\r\n", "m v=1 1\n".repeat(375));
     let trickle = tokio::spawn(async move {
         for _ in 0..6 {
             tokio::time::sleep(Duration::from_secs(2)).await;

@@ -161,7 +161,10 @@ const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 const BODY_STALL: std::time::Duration = std::time::Duration::from_secs(5);
 /// Past its first [`BODY_STALL`], a body must keep arriving at this many bytes a
 /// second on average (as Apache's mod_reqtimeout `MinRate=500`): one that trickles a
-/// byte every few seconds gives its share of the budget back early too.
+/// byte every few seconds gives its share of the budget back early too. A body
+/// holding more of the budget must keep pace to arrive within [`BODY_DEADLINE`]
+/// (its share over the time left after the first pause): holding a share of the
+/// budget costs the bandwidth to fill it.
 const BODY_MIN_RATE: u64 = 500;
 
 /// Why a request body was not read.
@@ -172,16 +175,18 @@ enum BodyFailure {
 }
 
 /// A request body of at most `limit` bytes, arriving within [`BODY_DEADLINE`], never
-/// pausing longer than [`BODY_STALL`] and no slower than [`BODY_MIN_RATE`] after it.
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyFailure> {
+/// pausing longer than [`BODY_STALL`] and, after it, no slower than
+/// [`BODY_MIN_RATE`] or than the pace that fills `held` budget bytes in time.
+async fn read_body(body: Body, limit: usize, held: u64) -> Result<Bytes, BodyFailure> {
     use futures::StreamExt;
     let start = tokio::time::Instant::now();
     let deadline = start + BODY_DEADLINE;
+    let pace = BODY_MIN_RATE.max(held / (BODY_DEADLINE - BODY_STALL).as_secs().max(1));
     let mut pieces = body.into_data_stream();
     let mut buf = bytes::BytesMut::new();
     loop {
         // What has arrived buys time at the minimum rate, past the first pause.
-        let earned = std::time::Duration::from_millis(buf.len() as u64 * 1000 / BODY_MIN_RATE);
+        let earned = std::time::Duration::from_millis(buf.len() as u64 * 1000 / pace);
         let until = deadline.min(start + BODY_STALL + earned);
         let wait = until
             .saturating_duration_since(tokio::time::Instant::now())
@@ -342,20 +347,23 @@ async fn handle_write(
     if declared.is_some_and(|n| n > engine.config().http_max_body_size) {
         return too_large(engine.config().http_max_body_size);
     }
-    let _budget = match reserve_body(&engine, &headers, declared).await {
+    let budget = match reserve_body(&engine, &headers, declared).await {
         Ok(permit) => permit,
         Err(r) => return r,
     };
     let limit = usize::try_from(engine.config().http_max_body_size).unwrap_or(usize::MAX);
     // The body must arrive within a bound: a slow sender holds its share of the
     // in-flight budget meanwhile.
-    let body = match read_body(body, limit).await {
+    let held = declared
+        .unwrap_or(engine.config().http_max_body_size)
+        .min(budget.num_permits() as u64 * 1024);
+    let body = match read_body(body, limit, held).await {
         Ok(b) => b,
         Err(BodyFailure::TooLarge) => return too_large(engine.config().http_max_body_size),
         Err(BodyFailure::Late) => {
             return error_response(
                 StatusCode::REQUEST_TIMEOUT,
-                "the request body did not arrive in time (a pause of over 5 s, under 500 bytes a second after the first 5 s, or over 60 s in all)",
+                "the request body did not arrive in time (a pause of over 5 s; after the first 5 s, under 500 bytes a second or too slow to arrive within 60 s; or over 60 s in all)",
                 None,
             );
         }
