@@ -109,6 +109,22 @@ async fn a_series_with_parameter_bounds_streams() {
         .expect("minutes of a day")
         .get(0);
     assert_eq!(n, 1441);
+    // Bare parameters beside an interval step are timestamptz, as PostgreSQL
+    // resolves them (DataFusion planned them as NULL: "unnest() does not support
+    // null").
+    for sql in [
+        "SELECT count(*) FROM generate_series($1, $2, '1 minute') g",
+        "SELECT count(*) FROM generate_series($1, $2, interval '1 minute') g",
+    ] {
+        let n: i64 = match c
+            .query_one(sql, &[&at(1_704_067_200), &at(1_704_153_600)])
+            .await
+        {
+            Ok(r) => r.get(0),
+            Err(e) => panic!("{sql}: {e:?}"),
+        };
+        assert_eq!(n, 1441, "{sql}");
+    }
 }
 
 /// A series or a long string over constants is built when the statement runs (in

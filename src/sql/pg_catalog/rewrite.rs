@@ -136,22 +136,8 @@ pub fn table_factor(tf: &mut TableFactor) {
     let a = alias_with_column(alias.take(), &fname);
     let col = a.columns[0].name.clone();
     let mut exprs = exprs;
-    if let [start, end, step] = exprs.as_mut_slice()
-        && (is_time_typed(start) || is_time_typed(end))
-        && is_bare_string(step)
-    {
-        // `generate_series($1::timestamptz, $2::timestamptz, '1 hour')`: the step
-        // is an interval, as PostgreSQL reads the untyped literal
-        *step = Expr::Cast {
-            kind: ast::CastKind::DoubleColon,
-            expr: Box::new(step.clone()),
-            data_type: DataType::Interval {
-                fields: None,
-                precision: None,
-            },
-            array: false,
-            format: None,
-        };
+    if let [start, end, step] = exprs.as_mut_slice() {
+        time_series_types(start, end, step);
     }
     let mut item = call(&fname, exprs);
     if TABLE_FUNCTIONS.contains(&fname.as_str()) {
@@ -365,6 +351,53 @@ fn is_time_type(dt: &DataType) -> bool {
         }
         _ => false,
     }
+}
+
+/// The types PostgreSQL gives a time series' untyped arguments when the bounds come
+/// from columns or parameters: `generate_series($1::timestamptz, $2::timestamptz,
+/// '1 hour')` has an interval step, and `generate_series($1, $2, interval '1 hour')`
+/// (or with a step like `'1 hour'`) timestamptz bounds (DataFusion would otherwise
+/// plan the parameters as NULL and the series as a list of nothing).
+fn time_series_types(start: &mut Expr, end: &mut Expr, step: &mut Expr) {
+    let cast = |e: &Expr, data_type: DataType| Expr::Cast {
+        kind: ast::CastKind::DoubleColon,
+        expr: Box::new(e.clone()),
+        data_type,
+        array: false,
+        format: None,
+    };
+    let interval = DataType::Interval {
+        fields: None,
+        precision: None,
+    };
+    let placeholders = is_placeholder(start) || is_placeholder(end);
+    let unit_text = matches!(step, Expr::Value(v)
+        if matches!(&v.value, ast::Value::SingleQuotedString(t) if t.chars().any(char::is_alphabetic)));
+    if is_bare_string(step)
+        && (is_time_typed(start) || is_time_typed(end) || placeholders && unit_text)
+    {
+        *step = cast(step, interval);
+    }
+    let interval_step = match step {
+        Expr::Cast { data_type, .. } => matches!(data_type, DataType::Interval { .. }),
+        Expr::Interval(_) => true,
+        Expr::TypedString(t) => matches!(t.data_type, DataType::Interval { .. }),
+        _ => false,
+    };
+    if interval_step {
+        for b in [start, end] {
+            if is_placeholder(b) {
+                *b = cast(
+                    b,
+                    DataType::Timestamp(None, ast::TimezoneInfo::WithTimeZone),
+                );
+            }
+        }
+    }
+}
+
+fn is_placeholder(e: &Expr) -> bool {
+    matches!(e, Expr::Value(v) if matches!(v.value, ast::Value::Placeholder(_)))
 }
 
 /// Whether `e` is plainly a time: a cast to a time type, a typed time literal or
