@@ -7,9 +7,14 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray};
-use arrow::datatypes::{DataType, FieldRef, Int64Type, IntervalMonthDayNanoType, TimeUnit};
+use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, IntervalMonthDayNanoType, TimeUnit};
+use datafusion::common::ScalarValue;
 use datafusion::error::Result;
+use datafusion::execution::context::ExecutionProps;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
+use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
     Volatility,
@@ -26,6 +31,8 @@ const MAX_CHAR_BYTES: i64 = 4;
 const MEASURE_ABOVE: i64 = 1 << 20;
 /// Bytes an element of a built array takes at least (an int8, a timestamp).
 const ELEMENT_BYTES: i64 = 8;
+/// The largest result a constant call is folded into the plan as.
+const FOLD_AT_MOST: i64 = 64 * 1024;
 
 /// How a function's result size follows from its arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,11 +58,12 @@ struct Guarded {
     sizing: Sizing,
     /// The statement's memory pool (the engine's query pool).
     pool: Arc<dyn MemoryPool>,
-    /// The inner function's, marked volatile: a call over constants is not folded
-    /// into the plan, where a million-element series or a 100 MB `repeat` would be
-    /// held outside the pool and printed whole by EXPLAIN (once per optimizer pass
-    /// with VERBOSE: 1 GB of text for `generate_series(1, 1000000)`). It runs when
-    /// the statement does, checked against the pool.
+    /// The inner function's, marked volatile: DataFusion does not fold a call over
+    /// constants into the plan, where a million-element series or a 100 MB `repeat`
+    /// would be held outside the pool and printed whole by EXPLAIN (once per
+    /// optimizer pass with VERBOSE: 1 GB of text for `generate_series(1, 1000000)`).
+    /// [`ScalarUDFImpl::simplify`] folds the small ones; the rest run when the
+    /// statement does, checked against the pool.
     signature: Signature,
 }
 
@@ -371,6 +379,43 @@ impl ScalarUDFImpl for Guarded {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         self.check(&args)?;
         self.inner.invoke_with_args(args)
+    }
+
+    /// A call over constants whose result is small is folded here, as an immutable
+    /// function's would be (a filter against the literal still reaches the scan and
+    /// the plan cache); a larger one stays a call.
+    fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        let values: Option<Vec<ScalarValue>> = args
+            .iter()
+            .map(|a| match a {
+                Expr::Literal(v, _) => Some(v.clone()),
+                _ => None,
+            })
+            .collect();
+        let Some(values) = values else {
+            return Ok(ExprSimplifyResult::Original(args));
+        };
+        let probe = ScalarFunctionArgs {
+            arg_fields: values
+                .iter()
+                .map(|v| Arc::new(Field::new("arg", v.data_type(), true)))
+                .collect(),
+            args: values.into_iter().map(ColumnarValue::Scalar).collect(),
+            number_rows: 1,
+            return_field: Arc::new(Field::new("result", DataType::Null, true)),
+            config_options: info.config_options().clone(),
+        };
+        let small = self
+            .row_bytes(&probe)
+            .is_ok_and(|rows| rows.into_iter().flatten().sum::<i64>() <= FOLD_AT_MOST);
+        if !small {
+            return Ok(ExprSimplifyResult::Original(args));
+        }
+        let call = Expr::ScalarFunction(ScalarFunction::new_udf(self.inner.clone(), args.clone()));
+        Ok(match super::const_value(&call, &ExecutionProps::new()) {
+            Ok(v) => ExprSimplifyResult::Simplified(Expr::Literal(v, None)),
+            Err(_) => ExprSimplifyResult::Original(args),
+        })
     }
 }
 
