@@ -125,6 +125,13 @@ async fn a_series_with_parameter_bounds_streams() {
         };
         assert_eq!(n, 1441, "{sql}");
     }
+    // Other functions in FROM keep their arguments as written.
+    let padded: String = c
+        .query_one("SELECT * FROM lpad($1::text, 5, 'x') AS p", &[&"ab"])
+        .await
+        .expect("lpad in FROM")
+        .get(0);
+    assert_eq!(padded, "xxxab");
 }
 
 /// A series or a long string over constants is built when the statement runs (in

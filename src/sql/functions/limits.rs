@@ -231,7 +231,12 @@ impl Guarded {
                 }
             }
             Sizing::Series => {
-                let (start, stop, step) = (series_arg(args, 0)?, series_arg(args, 1)?, step(args)?);
+                // `range(n)` / `generate_series(n)`: from 0 to n
+                let (start, stop) = match args.args.len() {
+                    1 => (vec![Some(0); rows], series_arg(args, 0)?),
+                    _ => (series_arg(args, 0)?, series_arg(args, 1)?),
+                };
+                let step = step(args)?;
                 for r in 0..rows {
                     let (Some(a), Some(b)) = (
                         start.get(r).copied().flatten(),

@@ -142,7 +142,11 @@ impl Series {
             match v.data_type() {
                 _ if v.is_null() => ScalarValue::try_from(&ty),
                 DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-                    v.cast_to(&ty).map_err(|_| bad())
+                    let mut text = v.try_as_str().flatten().unwrap_or_default().to_string();
+                    crate::interval::complete_seconds(&mut text);
+                    ScalarValue::Utf8(Some(text))
+                        .cast_to(&ty)
+                        .map_err(|_| bad())
                 }
                 // a date is midnight, and midnight in the session zone for timestamptz
                 DataType::Date32 | DataType::Date64 => v
@@ -157,15 +161,25 @@ impl Series {
         };
         let step = match step.data_type() {
             _ if step.is_null() => ScalarValue::IntervalMonthDayNano(None),
-            DataType::Interval(_) | DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-                step.cast_to(&DataType::Interval(IntervalUnit::MonthDayNano))
-                    .map_err(|_| {
-                        sql_error(
-                            "22007",
-                            &format!("invalid input syntax for type interval: \"{step}\""),
-                        )
-                    })?
+            // text in PostgreSQL's interval forms (`'1 day 01:00'`)
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                let text = step.try_as_str().flatten().unwrap_or_default();
+                let i =
+                    crate::interval::parse_pg_interval(text).map_err(|m| sql_error("22007", &m))?;
+                ScalarValue::IntervalMonthDayNano(Some(IntervalMonthDayNano::new(
+                    i.months,
+                    i.days,
+                    i.micros.saturating_mul(1000),
+                )))
             }
+            DataType::Interval(_) => step
+                .cast_to(&DataType::Interval(IntervalUnit::MonthDayNano))
+                .map_err(|_| {
+                    sql_error(
+                        "22007",
+                        &format!("invalid input syntax for type interval: \"{step}\""),
+                    )
+                })?,
             other => {
                 return Err(sql_error(
                     "42883",

@@ -128,6 +128,11 @@ pub fn table_factor(tf: &mut TableFactor) {
         return;
     }
     if TABLE_FUNCTIONS.contains(&fname.as_str()) && constant_args {
+        for a in targs.args.iter_mut() {
+            if let FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) = a {
+                complete_time_text(e);
+            }
+        }
         *alias = Some(alias_with_column(alias.take(), &fname));
         return;
     }
@@ -136,7 +141,9 @@ pub fn table_factor(tf: &mut TableFactor) {
     let a = alias_with_column(alias.take(), &fname);
     let col = a.columns[0].name.clone();
     let mut exprs = exprs;
-    if let [start, end, step] = exprs.as_mut_slice() {
+    if TABLE_FUNCTIONS.contains(&fname.as_str())
+        && let [start, end, step] = exprs.as_mut_slice()
+    {
         time_series_types(start, end, step);
     }
     let mut item = call(&fname, exprs);
@@ -335,6 +342,38 @@ fn is_constant_bound(e: &Expr) -> bool {
                 && f.within_group.is_empty()
         }
         _ => is_numeric_constant(e),
+    }
+}
+
+/// Time text as PostgreSQL takes it (`'2024-01-01 00:00'::timestamptz`) in a
+/// series bound: DataFusion folds the table function's arguments itself, before the
+/// analyzer rule that completes such text elsewhere.
+fn complete_time_text(e: &mut Expr) {
+    match e {
+        Expr::Cast {
+            expr, data_type, ..
+        } => {
+            let timestamp = matches!(data_type, DataType::Timestamp(..))
+                || matches!(data_type, DataType::Custom(name, _)
+                    if name_parts(name).last().is_some_and(|n| {
+                        n.value.eq_ignore_ascii_case("timestamptz")
+                            || n.value.eq_ignore_ascii_case("timestamp")
+                    }));
+            match expr.as_mut() {
+                Expr::Value(v) if timestamp => {
+                    if let ast::Value::SingleQuotedString(t) = &mut v.value {
+                        crate::interval::complete_seconds(t);
+                    }
+                }
+                inner => complete_time_text(inner),
+            }
+        }
+        Expr::Nested(x) | Expr::UnaryOp { expr: x, .. } => complete_time_text(x),
+        Expr::BinaryOp { left, right, .. } => {
+            complete_time_text(left);
+            complete_time_text(right);
+        }
+        _ => {}
     }
 }
 
