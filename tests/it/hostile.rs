@@ -443,6 +443,66 @@ async fn a_body_too_slow_to_arrive_in_time_gets_408_early() {
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
 }
 
+/// A chunked body (no Content-Length) first takes 1 MiB of the body budget and more
+/// as it arrives: one of 3 MiB is written whole, and while a slow chunked body is
+/// still coming in another writer finds room.
+#[tokio::test]
+async fn a_chunked_body_takes_its_share_as_it_arrives() {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer::start_with_args(&["--http-max-inflight-bytes", "4MiB"], &[]);
+    let addr = server.http_addr.clone().expect("http port");
+    let mut sock = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    sock.write_all(
+        b"POST /write?db=chunks HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+    )
+    .await
+    .expect("headers");
+    let mut n = 0i64;
+    for _ in 0..100 {
+        let lines: String = (0..2048)
+            .map(|i| {
+                n += 1;
+                format!("m v={i} {n}000000000\n")
+            })
+            .collect();
+        sock.write_all(format!("{:x}\r\n{lines}\r\n", lines.len()).as_bytes())
+            .await
+            .expect("a chunk");
+    }
+    sock.write_all(b"0\r\n\r\n").await.expect("last chunk");
+    let head = http_head(&mut sock).await;
+    assert!(head.starts_with("HTTP/1.1 204"), "{head}");
+    let c = server.connect("chunks").await;
+    let rows: i64 = c
+        .query_one("SELECT count(*) FROM m", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(rows, n);
+
+    // A slow chunked body holds 1 MiB of the 4 MiB budget, not the 32 MiB body
+    // limit (before: all of it, and every other writer waited for a 503).
+    let mut slow = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    slow.write_all(b"POST /write?db=chunks HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nm v=1 1\n\r\n")
+        .await
+        .expect("a first chunk");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resp = reqwest::Client::new()
+        .post(server.http_url("/write?db=chunks"))
+        .body("m v=2 2")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(resp.status().as_u16(), 204);
+    slow.write_all(b"0\r\n\r\n").await.expect("last chunk");
+    let head = http_head(&mut slow).await;
+    assert!(head.starts_with("HTTP/1.1 204"), "{head}");
+}
+
 /// Whether a line-protocol write to `db` gets 204 within 100 tries 100 ms apart.
 async fn write_accepted_soon(server: &TestServer, db: &str) -> bool {
     for _ in 0..100 {

@@ -172,20 +172,28 @@ enum BodyFailure {
     TooLarge,
     Late,
     Broken,
+    /// A chunked body found no room to grow its share of the budget.
+    Busy,
 }
 
 /// A request body of at most `limit` bytes, arriving within [`BODY_DEADLINE`], never
 /// pausing longer than [`BODY_STALL`] and, after it, no slower than
-/// [`BODY_MIN_RATE`] or than the pace that fills `held` budget bytes in time.
-async fn read_body(body: Body, limit: usize, held: u64) -> Result<Bytes, BodyFailure> {
+/// [`BODY_MIN_RATE`] or than the pace that fills the share it first took within the
+/// deadline. A chunked body's share grows as its bytes arrive (doubling).
+async fn read_body(
+    body: Body,
+    limit: usize,
+    share: &mut Share,
+    chunked: bool,
+) -> Result<Bytes, BodyFailure> {
     use futures::StreamExt;
     let start = tokio::time::Instant::now();
     let deadline = start + BODY_DEADLINE;
-    let pace = BODY_MIN_RATE.max(held / (BODY_DEADLINE - BODY_STALL).as_secs().max(1));
+    let pace = BODY_MIN_RATE.max(share.bytes() / (BODY_DEADLINE - BODY_STALL).as_secs().max(1));
     let mut pieces = body.into_data_stream();
     let mut buf = bytes::BytesMut::new();
     loop {
-        // What has arrived buys time at the minimum rate, past the first pause.
+        // What has arrived buys time at the pace, past the first pause.
         let earned = std::time::Duration::from_millis(buf.len() as u64 * 1000 / pace);
         let until = deadline.min(start + BODY_STALL + earned);
         let wait = until
@@ -196,8 +204,17 @@ async fn read_body(body: Body, limit: usize, held: u64) -> Result<Bytes, BodyFai
             Ok(None) => return Ok(buf.freeze()),
             Ok(Some(Err(_))) => return Err(BodyFailure::Broken),
             Ok(Some(Ok(piece))) => {
-                if buf.len() + piece.len() > limit {
+                let len = buf.len() + piece.len();
+                if len > limit {
                     return Err(BodyFailure::TooLarge);
+                }
+                if chunked
+                    && len as u64 > share.bytes()
+                    && !share
+                        .grow_to((len as u64).max(share.bytes().saturating_mul(2)))
+                        .await
+                {
+                    return Err(BodyFailure::Busy);
                 }
                 buf.extend_from_slice(&piece);
             }
@@ -205,41 +222,75 @@ async fn read_body(body: Body, limit: usize, held: u64) -> Result<Bytes, BodyFai
     }
 }
 
-/// Reserves room for a request's body (its Content-Length, else the body limit) and
-/// for its gunzipped form (the body limit), waiting while other requests hold the
-/// budget; answers 503 with `Retry-After` when none frees up in time.
-#[allow(clippy::result_large_err)] // the error is the response itself
-async fn reserve_body(
-    engine: &Engine,
-    headers: &HeaderMap,
-    declared: Option<u64>,
-) -> Result<tokio::sync::OwnedSemaphorePermit, Response> {
-    let cfg = engine.config();
-    let (budget, total_kib) = super::inflight_budget(engine);
-    let gzip = headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.to_ascii_lowercase().contains("gzip"));
-    let mut need = declared.unwrap_or(cfg.http_max_body_size);
-    if gzip {
-        need = need.saturating_add(cfg.http_max_body_size);
+/// What a body sent without a Content-Length (chunked) first takes of the body
+/// budget; it takes more as its bytes arrive.
+const CHUNKED_FIRST: u64 = 1024 * 1024;
+
+/// A request's share of the line-protocol body budget (whole KiB permits).
+struct Share {
+    budget: Arc<tokio::sync::Semaphore>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    total_kib: u64,
+}
+
+impl Share {
+    /// Takes room for `bytes` (its Content-Length, or a first piece of a chunked
+    /// body), waiting while other requests hold the budget; None when none frees up
+    /// within [`BUDGET_WAIT`].
+    async fn take(engine: &Engine, bytes: u64) -> Option<Share> {
+        let (budget, total_kib) = super::inflight_budget(engine);
+        // One request alone may always run, however large the limits.
+        let kib = bytes.div_ceil(1024).clamp(1, total_kib);
+        let permit = tokio::time::timeout(
+            BUDGET_WAIT,
+            budget
+                .clone()
+                .acquire_many_owned(u32::try_from(kib).unwrap_or(u32::MAX)),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        Some(Share {
+            budget,
+            permit,
+            total_kib,
+        })
     }
-    // One request alone may always run, however large the limits.
-    let kib = need.div_ceil(1024).clamp(1, total_kib);
-    let kib = u32::try_from(kib).unwrap_or(u32::MAX);
-    match tokio::time::timeout(BUDGET_WAIT, budget.acquire_many_owned(kib)).await {
-        Ok(Ok(permit)) => Ok(permit),
-        _ => {
-            let mut r = error_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too many request bytes in flight (http_max_inflight_bytes); retry later",
-                None,
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            Err(r)
+
+    fn bytes(&self) -> u64 {
+        self.permit.num_permits() as u64 * 1024
+    }
+
+    /// Grows the share to at least `bytes` (and at most the whole budget), waiting
+    /// as [`Share::take`] does; false when no room frees up in time.
+    async fn grow_to(&mut self, bytes: u64) -> bool {
+        let want = bytes.div_ceil(1024).min(self.total_kib);
+        let have = self.permit.num_permits() as u64;
+        if want <= have {
+            return true;
+        }
+        let more = u32::try_from(want - have).unwrap_or(u32::MAX);
+        match tokio::time::timeout(BUDGET_WAIT, self.budget.clone().acquire_many_owned(more)).await
+        {
+            Ok(Ok(p)) => {
+                self.permit.merge(p);
+                true
+            }
+            _ => false,
         }
     }
+}
+
+/// 503 with `Retry-After`: the body budget had no room in time.
+fn budget_busy() -> Response {
+    let mut r = error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too many request bytes in flight (http_max_inflight_bytes); retry later",
+        None,
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }
 
 fn too_large(limit: u64) -> Response {
@@ -347,19 +398,25 @@ async fn handle_write(
     if declared.is_some_and(|n| n > engine.config().http_max_body_size) {
         return too_large(engine.config().http_max_body_size);
     }
-    let budget = match reserve_body(&engine, &headers, declared).await {
-        Ok(permit) => permit,
-        Err(r) => return r,
+    let limit = engine.config().http_max_body_size;
+    // A body takes its share of the in-flight budget before it is read (its
+    // Content-Length, or a first piece of a chunked one), and must arrive within a
+    // bound: a slow sender holds its share meanwhile.
+    let Some(mut share) = Share::take(&engine, declared.unwrap_or(CHUNKED_FIRST.min(limit))).await
+    else {
+        return budget_busy();
     };
-    let limit = usize::try_from(engine.config().http_max_body_size).unwrap_or(usize::MAX);
-    // The body must arrive within a bound: a slow sender holds its share of the
-    // in-flight budget meanwhile.
-    let held = declared
-        .unwrap_or(engine.config().http_max_body_size)
-        .min(budget.num_permits() as u64 * 1024);
-    let body = match read_body(body, limit, held).await {
+    let body = match read_body(
+        body,
+        usize::try_from(limit).unwrap_or(usize::MAX),
+        &mut share,
+        declared.is_none(),
+    )
+    .await
+    {
         Ok(b) => b,
-        Err(BodyFailure::TooLarge) => return too_large(engine.config().http_max_body_size),
+        Err(BodyFailure::TooLarge) => return too_large(limit),
+        Err(BodyFailure::Busy) => return budget_busy(),
         Err(BodyFailure::Late) => {
             return error_response(
                 StatusCode::REQUEST_TIMEOUT,
@@ -375,6 +432,14 @@ async fn handle_write(
             );
         }
     };
+    // Room for the gunzipped text (up to the body limit), taken once the body is in.
+    let gzip = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("gzip"));
+    if gzip && !share.grow_to(share.bytes().saturating_add(limit)).await {
+        return budget_busy();
+    }
     let body = match decode_body(&engine, &headers, body) {
         Ok(b) => b,
         Err(r) => return r,

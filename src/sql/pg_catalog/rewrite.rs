@@ -355,10 +355,10 @@ fn complete_time_text(e: &mut Expr) {
         } => {
             let timestamp = matches!(data_type, DataType::Timestamp(..))
                 || matches!(data_type, DataType::Custom(name, _)
-                    if name_parts(name).last().is_some_and(|n| {
-                        n.value.eq_ignore_ascii_case("timestamptz")
-                            || n.value.eq_ignore_ascii_case("timestamp")
-                    }));
+                if name_parts(name).last().is_some_and(|n| {
+                    n.value.eq_ignore_ascii_case("timestamptz")
+                        || n.value.eq_ignore_ascii_case("timestamp")
+                }));
             match expr.as_mut() {
                 Expr::Value(v) if timestamp => {
                     if let ast::Value::SingleQuotedString(t) = &mut v.value {
