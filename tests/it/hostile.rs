@@ -367,17 +367,13 @@ async fn idle_http_connections_give_up_their_slots_when_slots_run_out() {
 /// whole body deadline, so its share of the body budget goes back to other writers.
 #[tokio::test]
 async fn a_stalled_request_body_gets_408_after_a_short_pause() {
-    use tokio::io::AsyncWriteExt;
     let server = TestServer::start();
     let addr = server.http_addr.clone().expect("http port");
-    let mut sock = tokio::net::TcpStream::connect(&addr)
-        .await
-        .expect("connect");
-    sock.write_all(
+    let mut sock = http_send(
+        &addr,
         b"POST /write?db=stall HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nm v=1 1\n",
     )
-    .await
-    .expect("headers and a first piece");
+    .await;
     let head = http_head(&mut sock).await;
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
     assert!(write_accepted_soon(&server, "stall").await);
@@ -391,14 +387,11 @@ async fn a_trickling_request_body_gets_408_under_the_minimum_rate() {
     use tokio::io::AsyncWriteExt;
     let server = TestServer::start();
     let addr = server.http_addr.clone().expect("http port");
-    let mut sock = tokio::net::TcpStream::connect(&addr)
-        .await
-        .expect("connect");
-    sock.write_all(
+    let sock = http_send(
+        &addr,
         b"POST /write?db=trickle HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nm v=1 1\n",
     )
-    .await
-    .expect("headers and a first piece");
+    .await;
     let (mut read, mut write) = sock.into_split();
     let trickle = tokio::spawn(async move {
         for _ in 0..30 {
@@ -422,12 +415,11 @@ async fn a_body_too_slow_to_arrive_in_time_gets_408_early() {
     use tokio::io::AsyncWriteExt;
     let server = TestServer::start();
     let addr = server.http_addr.clone().expect("http port");
-    let mut sock = tokio::net::TcpStream::connect(&addr)
-        .await
-        .expect("connect");
-    sock.write_all(b"POST /write?db=pace HTTP/1.1\r\nHost: x\r\nContent-Length: 8000000\r\n\r\n")
-        .await
-        .expect("headers");
+    let sock = http_send(
+        &addr,
+        b"POST /write?db=pace HTTP/1.1\r\nHost: x\r\nContent-Length: 8000000\r\n\r\n",
+    )
+    .await;
     let (mut read, mut write) = sock.into_split();
     let piece = "m v=1 1\n".repeat(512);
     let sender = tokio::spawn(async move {
@@ -451,14 +443,11 @@ async fn a_chunked_body_takes_its_share_as_it_arrives() {
     use tokio::io::AsyncWriteExt;
     let server = TestServer::start_with_args(&["--http-max-inflight-bytes", "4MiB"], &[]);
     let addr = server.http_addr.clone().expect("http port");
-    let mut sock = tokio::net::TcpStream::connect(&addr)
-        .await
-        .expect("connect");
-    sock.write_all(
+    let mut sock = http_send(
+        &addr,
         b"POST /write?db=chunks HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
     )
-    .await
-    .expect("headers");
+    .await;
     let mut n = 0i64;
     for _ in 0..100 {
         let lines: String = (0..2048)
@@ -484,12 +473,7 @@ async fn a_chunked_body_takes_its_share_as_it_arrives() {
 
     // A slow chunked body holds 1 MiB of the 4 MiB budget, not the 32 MiB body
     // limit (before: all of it, and every other writer waited for a 503).
-    let mut slow = tokio::net::TcpStream::connect(&addr)
-        .await
-        .expect("connect");
-    slow.write_all(b"POST /write?db=chunks HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nm v=1 1\n\r\n")
-        .await
-        .expect("a first chunk");
+    let mut slow = http_send(&addr, b"POST /write?db=chunks HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nm v=1 1\n\r\n").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let resp = reqwest::Client::new()
         .post(server.http_url("/write?db=chunks"))
@@ -531,12 +515,7 @@ async fn http_headers_sent_a_byte_at_a_time_are_cut_off() {
         &[],
     );
     let addr = server.http_addr.clone().expect("http port");
-    let mut slow = tokio::net::TcpStream::connect(&addr)
-        .await
-        .expect("connect");
-    slow.write_all(b"POST /write?db=slow HTTP/1.1\r\nHost: x\r\n")
-        .await
-        .expect("first header bytes");
+    let mut slow = http_send(&addr, b"POST /write?db=slow HTTP/1.1\r\nHost: x\r\n").await;
     // Trickle a header a byte every 200 ms until the server closes the connection
     // (a hang guard of 150 bytes, 30 s, far past the server's header deadline).
     let mut cut = false;
@@ -623,6 +602,15 @@ async fn extended_protocol_streams_a_huge_result() {
     alive(&server).await;
 }
 
+/// A raw connection to the line-protocol port that has sent `bytes` (a request's
+/// head, perhaps a first piece of its body).
+async fn http_send(addr: &str, bytes: &[u8]) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    sock.write_all(bytes).await.expect("send");
+    sock
+}
+
 /// Read one HTTP response's status line and headers from a raw socket.
 async fn http_head(sock: &mut (impl tokio::io::AsyncRead + Unpin)) -> String {
     use tokio::io::AsyncReadExt;
@@ -659,12 +647,11 @@ async fn request_bodies_are_bounded_per_request_and_in_total() {
         &[],
     );
     let addr = server.http_addr.clone().expect("http port");
-    let mut big = tokio::net::TcpStream::connect(&addr)
-        .await
-        .expect("connect");
-    big.write_all(b"POST /write?db=b HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n")
-        .await
-        .unwrap();
+    let mut big = http_send(
+        &addr,
+        b"POST /write?db=b HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n",
+    )
+    .await;
     let head = http_head(&mut big).await;
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
 
@@ -672,14 +659,7 @@ async fn request_bodies_are_bounded_per_request_and_in_total() {
     // body comes in slowly (3,000 bytes every 2 s: never a pause long enough to be
     // cut off, and above the pace that fills its 64 KiB share within the 60 s
     // deadline, 1.2 KB a second).
-    let mut slow = tokio::net::TcpStream::connect(&addr)
-        .await
-        .expect("connect");
-    slow.write_all(
-        b"POST /write?db=b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nm v=1 1\n\r\n",
-    )
-    .await
-    .unwrap();
+    let mut slow = http_send(&addr, b"POST /write?db=b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nm v=1 1\n\r\n").await;
     let piece = format!("bb8\r\n{}\r\n", "m v=1 1\n".repeat(375));
     let trickle = tokio::spawn(async move {
         for _ in 0..6 {
