@@ -68,64 +68,63 @@ def when(seconds):
     return f"{seconds:.1f} s" if seconds is not None else "never (20 s)"
 
 
-slow = []
-for _ in range(1000):
-    try:
-        s = socket.create_connection(("127.0.0.1", http_port), timeout=2)
-        s.sendall(b"POST /write?db=slowloris HTTP/1.1\r\nHost: x\r\n")
-        slow.append(s)
-    except OSError:
-        pass
-
-
-def trickle():
-    for s in slow:
+def connections(n, first=b""):
+    """Up to `n` HTTP connections, each having sent `first`."""
+    out = []
+    for _ in range(n):
         try:
-            s.send(b"a")
+            s = socket.create_connection(("127.0.0.1", http_port), timeout=2)
+            s.sendall(first)
+            out.append(s)
+        except OSError:
+            pass
+    return out
+
+
+def send_each(socks, data):
+    for s in socks:
+        try:
+            s.send(data)
         except OSError:
             pass
 
 
+def close_all(socks):
+    for s in socks:
+        s.close()
+    time.sleep(1)
+
+
+slow = connections(1000, b"POST /write?db=slowloris HTTP/1.1\r\nHost: x\r\n")
+
+
+def trickle():
+    send_each(slow, b"a")
+
+
 print(f"http: {len(slow)} slowloris connections; first accepted write after "
       f"{when(first_accepted_write('slowloris', 1, trickle))}")
-for s in slow:
-    s.close()
-time.sleep(1)
+close_all(slow)
 
 # 3. 1,000 HTTP connections that never send anything (they would stay for
 #    lp_idle_timeout, 300 s), then how long until a write is accepted.
-quiet = []
-for _ in range(1000):
-    try:
-        quiet.append(socket.create_connection(("127.0.0.1", http_port), timeout=2))
-    except OSError:
-        pass
+quiet = connections(1000)
 time.sleep(0.5)
 print(f"http: {len(quiet)} silent connections; first accepted write after "
       f"{when(first_accepted_write('quiet', 0.25))}")
-for s in quiet:
-    s.close()
-time.sleep(1)
+close_all(quiet)
 
 # 4. 8 requests declaring 32 MiB bodies, each sent at 1 KB a second: above the
 #    500 bytes a second minimum, far below the pace that brings 32 MiB in within
 #    the 60 s body deadline.
-big = []
-for _ in range(8):
-    s = socket.create_connection(("127.0.0.1", http_port), timeout=2)
-    s.sendall(b"POST /write?db=bodies HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n")
-    big.append(s)
+big = connections(8, b"POST /write?db=bodies HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n")
 stop = threading.Event()
 
 
 def feed():
     """1 KB a second to each body, whatever the writer below is doing."""
     while not stop.wait(0.5):
-        for s in big:
-            try:
-                s.send(b"m v=1 1\n" * 64)
-            except OSError:
-                pass
+        send_each(big, b"m v=1 1\n" * 64)
 
 
 feeder = threading.Thread(target=feed)
@@ -135,5 +134,4 @@ print(f"http: 8 slow 32 MiB bodies; first accepted write after "
       f"{when(first_accepted_write('bodies', 0.5))}")
 stop.set()
 feeder.join()
-for s in big:
-    s.close()
+close_all(big)
