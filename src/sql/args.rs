@@ -236,16 +236,16 @@ pub fn bind_placeholders(
                     DataType::Date32 | DataType::Date64 => ast::DataType::Date,
                     _ => ast::DataType::Time(None, ast::TimezoneInfo::None),
                 };
-                typed(text, ty)
+                cast(ast::Expr::value(ast::Value::SingleQuotedString(text)), ty)
             }
             // fields as units every interval reader takes, exactly
-            ScalarValue::IntervalMonthDayNano(Some(i)) => typed(
-                format!(
+            ScalarValue::IntervalMonthDayNano(Some(i)) => cast(
+                ast::Expr::value(ast::Value::SingleQuotedString(format!(
                     "{} months {} days {} microseconds",
                     i.months,
                     i.days,
                     i.nanoseconds / 1000
-                ),
+                ))),
                 ast::DataType::Interval {
                     fields: None,
                     precision: None,
@@ -260,12 +260,12 @@ pub fn bind_placeholders(
     Ok(out)
 }
 
-/// `'text'::ty`.
-fn typed(text: String, ty: ast::DataType) -> ast::Expr {
+/// `e::data_type`.
+pub(crate) fn cast(e: ast::Expr, data_type: ast::DataType) -> ast::Expr {
     ast::Expr::Cast {
         kind: ast::CastKind::DoubleColon,
-        expr: Box::new(ast::Expr::value(ast::Value::SingleQuotedString(text))),
-        data_type: ty,
+        expr: Box::new(e),
+        data_type,
         array: false,
         format: None,
     }

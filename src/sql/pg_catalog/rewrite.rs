@@ -398,13 +398,7 @@ fn is_time_type(dt: &DataType) -> bool {
 /// (or with a step like `'1 hour'`) timestamptz bounds (DataFusion would otherwise
 /// plan the parameters as NULL and the series as a list of nothing).
 fn time_series_types(start: &mut Expr, end: &mut Expr, step: &mut Expr) {
-    let cast = |e: &Expr, data_type: DataType| Expr::Cast {
-        kind: ast::CastKind::DoubleColon,
-        expr: Box::new(e.clone()),
-        data_type,
-        array: false,
-        format: None,
-    };
+    use crate::sql::args::cast;
     let interval = DataType::Interval {
         fields: None,
         precision: None,
@@ -415,7 +409,7 @@ fn time_series_types(start: &mut Expr, end: &mut Expr, step: &mut Expr) {
     if is_bare_string(step)
         && (is_time_typed(start) || is_time_typed(end) || placeholders && unit_text)
     {
-        *step = cast(step, interval);
+        *step = cast(step.clone(), interval);
     }
     let interval_step = match step {
         Expr::Cast { data_type, .. } => matches!(data_type, DataType::Interval { .. }),
@@ -427,7 +421,7 @@ fn time_series_types(start: &mut Expr, end: &mut Expr, step: &mut Expr) {
         for b in [start, end] {
             if is_placeholder(b) {
                 *b = cast(
-                    b,
+                    b.clone(),
                     DataType::Timestamp(None, ast::TimezoneInfo::WithTimeZone),
                 );
             }
