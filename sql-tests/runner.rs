@@ -196,10 +196,192 @@ async fn run_file(addr: &str, file: &Path, stem: &str, proto: Protocol) -> Resul
         Protocol::Extended => {
             let mut runner = Runner::new(move || {
                 let config = config.clone();
-                async move { PostgresExtended::connect(config).await }
+                async move {
+                    Ok::<_, tokio_postgres::Error>(Extended(
+                        PostgresExtended::connect(config).await?,
+                    ))
+                }
             });
             run_with(&mut runner, file, proto).await
         }
+    }
+}
+
+/// The extended-protocol engine, for results of types `sqllogictest-engines` cannot
+/// show (`name`, `void`, `json`, `jsonb`, ...): such a result's values are shown as the
+/// server's text for them, as the simple protocol shows them; others go to the engine.
+struct Extended(PostgresExtended);
+
+/// A value of any type as the server sent it (binary), to send back as it came.
+#[derive(Debug)]
+struct Raw(Option<Vec<u8>>);
+
+impl<'a> tokio_postgres::types::FromSql<'a> for Raw {
+    fn from_sql(
+        _: &tokio_postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(Some(raw.to_vec())))
+    }
+    fn from_sql_null(
+        _: &tokio_postgres::types::Type,
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(None))
+    }
+    fn accepts(_: &tokio_postgres::types::Type) -> bool {
+        true
+    }
+}
+
+impl tokio_postgres::types::ToSql for Raw {
+    fn to_sql(
+        &self,
+        _: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match &self.0 {
+            Some(b) => {
+                out.extend_from_slice(b);
+                Ok(tokio_postgres::types::IsNull::No)
+            }
+            None => Ok(tokio_postgres::types::IsNull::Yes),
+        }
+    }
+    fn accepts(_: &tokio_postgres::types::Type) -> bool {
+        true
+    }
+    tokio_postgres::types::to_sql_checked!();
+}
+
+/// Types whose binary form is their text (UTF-8), after a version byte for jsonb.
+fn text_in_binary(t: &tokio_postgres::types::Type) -> Option<usize> {
+    use tokio_postgres::types::Type;
+    match *t {
+        Type::NAME | Type::VOID | Type::JSON | Type::UNKNOWN | Type::BPCHAR => Some(0),
+        Type::JSONB => Some(1),
+        _ => None,
+    }
+}
+
+/// A value of another type as the server's text shows it: decoded here, then (for
+/// times and numbers whose text depends on the session) read back as a literal.
+async fn shown(
+    client: &tokio_postgres::Client,
+    row: &tokio_postgres::Row,
+    i: usize,
+    ty: &tokio_postgres::types::Type,
+) -> Result<Option<String>, tokio_postgres::Error> {
+    use sundial::sql::functions::pgtext;
+    use tokio_postgres::types::Type;
+    let literal = |lit: Option<String>, ty: &'static str| async move {
+        let Some(lit) = lit else { return Ok(None) };
+        let msgs = client
+            .simple_query(&format!("SELECT '{lit}'::{ty}"))
+            .await?;
+        Ok::<_, tokio_postgres::Error>(msgs.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        }))
+    };
+    Ok(match *ty {
+        Type::BOOL => row
+            .try_get::<_, Option<bool>>(i)?
+            .map(|b| if b { "t" } else { "f" }.into()),
+        Type::INT2 => row.try_get::<_, Option<i16>>(i)?.map(|v| v.to_string()),
+        Type::INT4 => row.try_get::<_, Option<i32>>(i)?.map(|v| v.to_string()),
+        Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(|v| v.to_string()),
+        Type::TEXT | Type::VARCHAR => row.try_get::<_, Option<String>>(i)?,
+        Type::FLOAT8 => row
+            .try_get::<_, Option<f64>>(i)?
+            .map(|v| pgtext::float(v, 15)),
+        Type::FLOAT4 => row
+            .try_get::<_, Option<f32>>(i)?
+            .map(|v| pgtext::float(f64::from(v), 6)),
+        Type::INTERVAL => {
+            let Raw(v) = row.try_get::<_, Raw>(i)?;
+            v.filter(|b| b.len() == 16).map(|b| {
+                let n = |r: std::ops::Range<usize>| {
+                    b[r].iter().fold(0i64, |a, x| (a << 8) | i64::from(*x))
+                };
+                let micros = n(0..8);
+                let days = n(8..12) as i32;
+                let months = n(12..16) as i32;
+                pgtext::interval(months, days, micros)
+            })
+        }
+        Type::TIMESTAMPTZ => {
+            let v = row.try_get::<_, Option<chrono::DateTime<chrono::Utc>>>(i)?;
+            literal(v.map(|t| t.to_rfc3339()), "timestamptz").await?
+        }
+        Type::TIMESTAMP => {
+            let v = row.try_get::<_, Option<chrono::NaiveDateTime>>(i)?;
+            literal(v.map(|t| t.to_string()), "timestamp").await?
+        }
+        Type::DATE => {
+            let v = row.try_get::<_, Option<chrono::NaiveDate>>(i)?;
+            literal(v.map(|t| t.to_string()), "date").await?
+        }
+        Type::NUMERIC => row
+            .try_get::<_, Option<rust_decimal::Decimal>>(i)?
+            .map(|d| d.to_string()),
+        _ => Some(format!("<type {} not shown by the runner>", ty.name())),
+    })
+}
+
+#[async_trait::async_trait]
+impl sqllogictest::AsyncDB for Extended {
+    type Error = tokio_postgres::Error;
+    type ColumnType = sqllogictest::DefaultColumnType;
+
+    async fn run(
+        &mut self,
+        sql: &str,
+    ) -> Result<sqllogictest::DBOutput<Self::ColumnType>, Self::Error> {
+        let client = self.0.client();
+        let stmt = client.prepare(sql).await?;
+        if !stmt
+            .columns()
+            .iter()
+            .any(|c| text_in_binary(c.type_()).is_some())
+        {
+            return self.0.run(sql).await;
+        }
+        let rows = client.query(&stmt, &[]).await?;
+        let mut out = vec![];
+        for row in &rows {
+            let mut vals = vec![];
+            for (i, col) in row.columns().iter().enumerate() {
+                let text = match text_in_binary(col.type_()) {
+                    Some(skip) => {
+                        let Raw(v) = row.try_get::<_, Raw>(i)?;
+                        v.map(|b| String::from_utf8_lossy(&b[skip.min(b.len())..]).into_owned())
+                    }
+                    None => shown(client, row, i, col.type_()).await?,
+                };
+                vals.push(match text {
+                    None => "NULL".to_string(),
+                    Some(t) if t.is_empty() => "(empty)".to_string(),
+                    Some(t) => t,
+                });
+            }
+            out.push(vals);
+        }
+        Ok(sqllogictest::DBOutput::Rows {
+            types: vec![sqllogictest::DefaultColumnType::Any; stmt.columns().len()],
+            rows: out,
+        })
+    }
+
+    async fn shutdown(&mut self) {
+        self.0.shutdown().await
+    }
+
+    fn engine_name(&self) -> &str {
+        self.0.engine_name()
+    }
+
+    fn error_sql_state(err: &Self::Error) -> Option<String> {
+        PostgresExtended::error_sql_state(err)
     }
 }
 

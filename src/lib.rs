@@ -11,6 +11,7 @@ pub mod lineproto;
 pub mod loadgen;
 pub mod metrics;
 pub mod numeric_text;
+pub mod pgident;
 pub mod query;
 pub mod server;
 pub mod sql;

@@ -67,6 +67,9 @@ pub struct RefreshPolicy {
     /// The offsets as the user wrote them (`timescaledb_information.jobs.config`).
     pub start_offset_text: Option<String>,
     pub end_offset_text: Option<String>,
+    /// `initial_start`: the first run is not before this (µs since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_start_micros: Option<i64>,
 }
 
 /// The `time_bucket` of a continuous aggregate, evaluated to numbers.

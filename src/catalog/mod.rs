@@ -173,6 +173,11 @@ pub struct CompressionDef {
     /// `add_compression_policy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<CompressPolicy>,
+    /// Starts of the chunks `compress_chunk` (or the policy) compressed and
+    /// `decompress_chunk` did not undo: TimescaleDB's `is_compressed` (a chunk that
+    /// receives rows later stays in, as TimescaleDB's partial chunk).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub compressed_chunks: std::collections::BTreeSet<i64>,
 }
 
 /// One `compress_orderby` column.
@@ -196,6 +201,9 @@ pub struct CompressPolicy {
     pub schedule_interval_micros: i64,
     /// The job's `config` as TimescaleDB shows it (JSON text).
     pub config: String,
+    /// `initial_start`: the first run is not before this (µs since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_start_micros: Option<i64>,
 }
 
 /// A retention policy (TimescaleDB job `policy_retention`), one per hypertable.
@@ -207,6 +215,9 @@ pub struct Retention {
     pub schedule_interval_micros: i64,
     /// `drop_after` as the user wrote it, for `timescaledb_information.jobs.config`.
     pub drop_after_text: String,
+    /// `initial_start`: the first run is not before this (µs since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_start_micros: Option<i64>,
 }
 
 impl TableDef {

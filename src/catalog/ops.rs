@@ -538,6 +538,27 @@ impl Catalog {
         })
     }
 
+    /// Marks chunk `start` of table `table_id` compressed or not (`compress_chunk`,
+    /// `decompress_chunk`); a table without compression settings keeps none.
+    pub fn set_chunk_compressed(&self, table_id: u64, start: i64, compressed: bool) -> Result<()> {
+        self.update(|m| {
+            let t = m
+                .databases
+                .values_mut()
+                .flat_map(|d| d.tables.values_mut())
+                .find(|t| t.id == table_id)
+                .ok_or_else(|| Error::UndefinedTable(format!("table id {table_id}")))?;
+            if let Some(c) = Arc::make_mut(t).compression.as_mut() {
+                if compressed {
+                    c.compressed_chunks.insert(start);
+                } else {
+                    c.compressed_chunks.remove(&start);
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// `add_retention_policy`: returns the job id, or -1 when a policy exists and
     /// `if_not_exists` (TimescaleDB's answer, with a notice).
     pub fn set_retention(

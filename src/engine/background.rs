@@ -124,7 +124,10 @@ async fn retention(engine: Arc<Engine>) {
             for t in d.tables.values() {
                 let Some(r) = &t.retention else { continue };
                 let job = t.retention_job_id();
-                if !engine.jobs.due(job, r.schedule_interval_micros) {
+                if !engine
+                    .jobs
+                    .due(job, r.schedule_interval_micros, r.initial_start_micros)
+                {
                     continue;
                 }
                 if let Err(e) = engine.run_retention(db, t, r).await {
@@ -135,7 +138,10 @@ async fn retention(engine: Arc<Engine>) {
                 let Some(p) = t.compression.as_ref().and_then(|c| c.policy.as_ref()) else {
                     continue;
                 };
-                if !engine.jobs.due(p.job_id, p.schedule_interval_micros) {
+                if !engine
+                    .jobs
+                    .due(p.job_id, p.schedule_interval_micros, p.initial_start_micros)
+                {
                     continue;
                 }
                 if let Err(e) = engine.run_compression(db, t, p).await {

@@ -12,8 +12,12 @@ use crate::storage::rewrite::{self, FileStore, Rewrite};
 #[derive(Debug, Clone)]
 pub struct ChunkCompression {
     pub chunk_start: i64,
-    /// All rows in one file in the table's current order, none in memory.
+    /// Compressed by `compress_chunk` or the policy (and not decompressed since):
+    /// TimescaleDB's `is_compressed`, which stays true when rows arrive later.
     pub compressed: bool,
+    /// Compressed, and rows arrived since (TimescaleDB's partial chunk): compressing
+    /// it again merges them in.
+    pub partial: bool,
     /// Arrow size of the chunk's stored rows (uncompressed).
     pub raw_bytes: u64,
     /// Bytes of its files on disk.
@@ -41,6 +45,12 @@ impl Engine {
                     .collect()
             })
             .unwrap_or_default();
+        let compressed = table
+            .compression
+            .as_ref()
+            .filter(|c| c.enabled)
+            .map(|c| c.compressed_chunks.clone())
+            .unwrap_or_default();
         let signature = crate::storage::sort_signature(table);
         self.chunk_starts(table)
             .into_iter()
@@ -50,11 +60,16 @@ impl Engine {
                     .iter()
                     .filter(|f| f.chunk_start == start)
                     .collect();
+                let flagged = compressed.contains(&start);
+                // Rows since compression: in memory, or in more than the one sorted file.
+                let merged = files.len() <= 1
+                    && files
+                        .iter()
+                        .all(|f| f.sorted_by.as_deref() == Some(signature.as_str()));
                 ChunkCompression {
                     chunk_start: start,
-                    compressed: files.len() == 1
-                        && !in_memory.contains(&start)
-                        && files[0].sorted_by.as_deref() == Some(signature.as_str()),
+                    compressed: flagged,
+                    partial: flagged && (in_memory.contains(&start) || !merged),
                     raw_bytes: files.iter().map(|f| raw_bytes(f)).sum(),
                     disk_bytes: files.iter().map(|f| f.bytes).sum(),
                 }
@@ -78,6 +93,8 @@ impl Engine {
             .filter(|f| f.chunk_start == chunk_start)
             .collect();
         if files.is_empty() {
+            self.catalog
+                .set_chunk_compressed(table_id, chunk_start, true)?;
             return Ok(true);
         }
         // One group per chunk interval the files were cut with (they stay apart).
@@ -116,12 +133,14 @@ impl Engine {
                 }
             }
         }
+        self.catalog
+            .set_chunk_compressed(table_id, chunk_start, true)?;
         tracing::info!(table = %t.name, chunk = chunk_start, files = files.len(), "compressed chunk");
         Ok(true)
     }
 
     /// The compression policy of `t`: every chunk whose end is older than the
-    /// threshold and not yet compressed is compressed. Records the run's end in
+    /// threshold and not yet compressed (or partial) is compressed. Records the run's end in
     /// [`Engine::jobs`].
     pub async fn run_compression(&self, db: &str, t: &TableDef, p: &CompressPolicy) -> Result<()> {
         let now = chrono::Utc::now().timestamp_micros();
@@ -130,7 +149,7 @@ impl Engine {
         let mut done = 0;
         let result = async {
             for c in self.chunk_compression(t) {
-                if c.compressed || t.chunk_end(c.chunk_start) > older {
+                if (c.compressed && !c.partial) || t.chunk_end(c.chunk_start) > older {
                     continue;
                 }
                 self.compress_chunk(db, t.id, c.chunk_start).await?;

@@ -32,17 +32,20 @@ fn now() -> i64 {
 }
 
 impl Jobs {
-    /// Makes `job` run at the next tick (a new policy, `run_job`).
-    pub fn schedule_now(&self, job: i64) {
-        self.state.lock().entry(job).or_default().next_start = Some(now());
+    /// Makes `job` run first at `start` (µs since the epoch; now when `None`).
+    pub fn schedule_from(&self, job: i64, start: Option<i64>) {
+        self.state.lock().entry(job).or_default().next_start = Some(start.unwrap_or_else(now));
     }
 
-    /// Whether `job` should run now; marks it started if so.
-    pub fn due(&self, job: i64, interval_micros: i64) -> bool {
+    /// Whether `job` should run now; marks it started if so. A job that has no next
+    /// start yet (new, or after a restart) runs now or at `initial_start`.
+    pub fn due(&self, job: i64, interval_micros: i64, initial_start: Option<i64>) -> bool {
         let mut st = self.state.lock();
         let s = st.entry(job).or_default();
         let t = now();
-        let next = *s.next_start.get_or_insert(t);
+        let next = *s
+            .next_start
+            .get_or_insert(initial_start.map_or(t, |i| i.max(t)));
         if t < next {
             return false;
         }

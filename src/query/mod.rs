@@ -9,6 +9,7 @@
 pub mod cached_scan;
 pub mod context;
 pub mod dedup;
+pub mod deferred;
 pub mod latest;
 pub mod leaf;
 pub mod newest_buckets;

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Int16Array, Int64Array, IntervalMonthDayNanoArray, RecordBatch,
-    StringArray, TimestampMicrosecondArray,
+    ArrayRef, BooleanArray, Int16Array, Int32Array, Int64Array, IntervalMonthDayNanoArray,
+    RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{
     DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef, TimeUnit,
@@ -95,6 +95,20 @@ fn text(name: &str) -> Field {
     Field::new(name, DataType::Utf8, true)
 }
 
+/// Field metadata naming the PostgreSQL type a column is described as where Arrow's
+/// type names another: `name` for a text column (the values are the same in both
+/// formats), `void` for the empty text of a function that returns nothing,
+/// `regclass` for a chunk's name (`pg_typeof` only: sent as text).
+pub const PG_TYPE_KEY: &str = "sundial.pg_type";
+
+/// A column of PostgreSQL type `name`.
+pub fn name(name: &str) -> Field {
+    text(name).with_metadata(std::collections::HashMap::from([(
+        PG_TYPE_KEY.to_string(),
+        "name".to_string(),
+    )]))
+}
+
 /// The `timescaledb_information` schema.
 #[derive(Debug)]
 pub struct InfoSchema {
@@ -108,9 +122,13 @@ impl InfoSchema {
     }
 }
 
-const INFO_TABLES: [&str; 7] = [
+const INFO_TABLES: [&str; 11] = [
     "hypertables",
     "compression_settings",
+    "hypertable_compression_settings",
+    "hypertable_columnstore_settings",
+    "chunk_compression_settings",
+    "chunk_columnstore_settings",
     "chunks",
     "dimensions",
     "jobs",
@@ -132,6 +150,12 @@ impl SchemaProvider for InfoSchema {
             "job_stats" => (job_stats_schema(), job_stats),
             "continuous_aggregates" => (caggs_schema(), caggs),
             "compression_settings" => (compression_settings_schema(), compression_settings),
+            "hypertable_compression_settings" | "hypertable_columnstore_settings" => {
+                (table_settings_schema(), table_settings)
+            }
+            "chunk_compression_settings" | "chunk_columnstore_settings" => {
+                (chunk_settings_schema(), chunk_settings)
+            }
             _ => return Ok(None),
         };
         Ok(Some(Arc::new(SystemTable::of(
@@ -272,15 +296,15 @@ fn chunk_files_rows(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
 
 fn caggs_schema() -> Schema {
     Schema::new(vec![
-        text("hypertable_schema"),
-        text("hypertable_name"),
-        text("view_schema"),
-        text("view_name"),
-        text("view_owner"),
+        name("hypertable_schema"),
+        name("hypertable_name"),
+        name("view_schema"),
+        name("view_name"),
+        name("view_owner"),
         Field::new("materialized_only", DataType::Boolean, true),
         Field::new("compression_enabled", DataType::Boolean, true),
-        text("materialization_hypertable_schema"),
-        text("materialization_hypertable_name"),
+        name("materialization_hypertable_schema"),
+        name("materialization_hypertable_name"),
         text("view_definition"),
     ])
 }
@@ -342,14 +366,14 @@ fn caggs(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
 
 fn hypertables_schema() -> Schema {
     Schema::new(vec![
-        text("hypertable_schema"),
-        text("hypertable_name"),
-        text("owner"),
+        name("hypertable_schema"),
+        name("hypertable_name"),
+        name("owner"),
         Field::new("num_dimensions", DataType::Int16, false),
         Field::new("num_chunks", DataType::Int64, false),
         Field::new("compression_enabled", DataType::Boolean, false),
         text("tablespaces"),
-        text("primary_dimension"),
+        name("primary_dimension"),
         text("primary_dimension_type"),
     ])
 }
@@ -375,7 +399,11 @@ fn hypertables(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
                     .map(|t| engine.chunk_starts(t).len() as i64)
                     .collect::<Vec<_>>(),
             )),
-            Arc::new(BooleanArray::from(vec![false; n])),
+            Arc::new(BooleanArray::from(
+                hts.iter()
+                    .map(|t| t.compression.as_ref().is_some_and(|c| c.enabled))
+                    .collect::<Vec<_>>(),
+            )),
             Arc::new(StringArray::from(vec![None::<String>; n])),
             time_column_names(&hts),
             time_column_types(&hts),
@@ -418,33 +446,33 @@ fn interval_of(micros: i64) -> IntervalMonthDayNano {
 fn jobs_schema() -> Schema {
     let iv = || DataType::Interval(IntervalUnit::MonthDayNano);
     Schema::new(vec![
-        Field::new("job_id", DataType::Int64, false),
-        text("application_name"),
+        Field::new("job_id", DataType::Int32, false),
+        name("application_name"),
         Field::new("schedule_interval", iv(), true),
         Field::new("max_runtime", iv(), true),
-        Field::new("max_retries", DataType::Int64, true),
+        Field::new("max_retries", DataType::Int32, true),
         Field::new("retry_period", iv(), true),
-        text("proc_schema"),
-        text("proc_name"),
+        name("proc_schema"),
+        name("proc_name"),
         text("owner"),
         Field::new("scheduled", DataType::Boolean, false),
         Field::new("fixed_schedule", DataType::Boolean, false),
         text("config"),
         Field::new("next_start", tstz(), true),
         Field::new("initial_start", tstz(), true),
-        text("hypertable_schema"),
-        text("hypertable_name"),
-        text("check_schema"),
-        text("check_name"),
+        name("hypertable_schema"),
+        name("hypertable_name"),
+        name("check_schema"),
+        name("check_name"),
     ])
 }
 
 /// Columns of `timescaledb_information.compression_settings`.
 fn compression_settings_schema() -> Schema {
     Schema::new(vec![
-        text("hypertable_schema"),
-        text("hypertable_name"),
-        text("attname"),
+        name("hypertable_schema"),
+        name("hypertable_name"),
+        name("attname"),
         Field::new("segmentby_column_index", DataType::Int16, true),
         Field::new("orderby_column_index", DataType::Int16, true),
         Field::new("orderby_asc", DataType::Boolean, true),
@@ -519,6 +547,141 @@ fn compression_settings(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
     )
 }
 
+/// Columns of `timescaledb_information.hypertable_compression_settings` (and its
+/// columnstore name).
+fn table_settings_schema() -> Schema {
+    Schema::new(vec![
+        text("hypertable"),
+        text("segmentby"),
+        text("orderby"),
+        text("compress_interval_length"),
+        text("index"),
+    ])
+}
+
+/// Columns of `timescaledb_information.chunk_compression_settings`.
+fn chunk_settings_schema() -> Schema {
+    Schema::new(vec![
+        text("hypertable"),
+        text("chunk"),
+        text("segmentby"),
+        text("orderby"),
+        text("index"),
+    ])
+}
+
+/// `segmentby`, `orderby` and the sparse `index` of a table's settings as
+/// TimescaleDB prints them (`dev,site`, `v,"time" DESC`, the min/max and first/last
+/// index of each orderby column); NULL where none is set. A chunk's order
+/// (`chunk`) also names the time column Sundial sorts by when orderby does not.
+fn settings_text(
+    t: &TableDef,
+    c: &crate::catalog::CompressionDef,
+    chunk: bool,
+) -> [Option<String>; 3] {
+    let quote = crate::pgident::quote_ident;
+    let mut order: Vec<(String, String)> = c
+        .orderby
+        .iter()
+        .map(|o| {
+            let mut s = quote(&o.column);
+            if o.desc {
+                s.push_str(" DESC");
+            }
+            if o.nulls_first != o.desc {
+                s.push_str(if o.nulls_first {
+                    " NULLS FIRST"
+                } else {
+                    " NULLS LAST"
+                });
+            }
+            (o.column.clone(), s)
+        })
+        .collect();
+    if chunk
+        && let Some(tc) = &t.time_column
+        && !c.orderby.iter().any(|o| &o.column == tc)
+        && !c.segmentby.contains(tc)
+    {
+        order.push((tc.clone(), quote(tc)));
+    }
+    let some = |s: String| (!s.is_empty()).then_some(s);
+    let index = order
+        .iter()
+        .flat_map(|(col, _)| {
+            ["minmax", "firstlast"].map(|kind| {
+                jsonb_text(&[
+                    ("type", serde_json::json!(kind)),
+                    ("column", serde_json::json!(col)),
+                    ("source", serde_json::json!("orderby")),
+                ])
+            })
+        })
+        .collect::<Vec<_>>();
+    [
+        some(c.segmentby.join(",")),
+        some(
+            order
+                .iter()
+                .map(|o| o.1.clone())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        (!index.is_empty()).then(|| format!("[{}]", index.join(", "))),
+    ]
+}
+
+fn table_settings(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    let mut cols: [Vec<Option<String>>; 5] = Default::default();
+    for t in tables_of(engine, db) {
+        let Some(c) = t.compression.as_ref().filter(|c| c.enabled) else {
+            continue;
+        };
+        let [seg, ord, idx] = settings_text(&t, c, false);
+        for (col, v) in cols
+            .iter_mut()
+            .zip([Some(t.name.clone()), seg, ord, None, idx])
+        {
+            col.push(v);
+        }
+    }
+    batch(
+        table_settings_schema(),
+        cols.into_iter()
+            .map(|c| Arc::new(StringArray::from(c)) as ArrayRef)
+            .collect(),
+    )
+}
+
+fn chunk_settings(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
+    let mut cols: [Vec<Option<String>>; 5] = Default::default();
+    for t in tables_of(engine, db) {
+        let Some(c) = t.compression.as_ref().filter(|c| c.enabled) else {
+            continue;
+        };
+        let [seg, ord, idx] = settings_text(&t, c, true);
+        for chunk in engine.chunk_compression(&t).iter().filter(|c| c.compressed) {
+            let name = format!("_timescaledb_internal.{}", t.chunk_name(chunk.chunk_start));
+            let row = [
+                Some(t.name.clone()),
+                Some(name),
+                seg.clone(),
+                ord.clone(),
+                idx.clone(),
+            ];
+            for (col, v) in cols.iter_mut().zip(row) {
+                col.push(v);
+            }
+        }
+    }
+    batch(
+        chunk_settings_schema(),
+        cols.into_iter()
+            .map(|c| Arc::new(StringArray::from(c)) as ArrayRef)
+            .collect(),
+    )
+}
+
 /// One policy job as the `jobs` views show it.
 struct JobRow {
     id: i64,
@@ -528,6 +691,7 @@ struct JobRow {
     check_name: &'static str,
     config: String,
     hypertable_name: String,
+    initial_start: Option<i64>,
 }
 
 /// The database's policy jobs: retention policies and continuous-aggregate
@@ -548,6 +712,7 @@ fn policy_jobs(engine: &Engine, db: &str) -> Vec<JobRow> {
                     ("hypertable_id", serde_json::json!(t.id)),
                 ]),
                 hypertable_name: t.name.clone(),
+                initial_start: r.initial_start_micros,
             });
         }
         if let Some(p) = t.compression.as_ref().and_then(|c| c.policy.as_ref()) {
@@ -559,6 +724,7 @@ fn policy_jobs(engine: &Engine, db: &str) -> Vec<JobRow> {
                 check_name: "policy_compression_check",
                 config: p.config.clone(),
                 hypertable_name: t.name.clone(),
+                initial_start: p.initial_start_micros,
             });
         }
         if let Some(p) = t.cagg.as_ref().and_then(|c| c.policy.as_ref()) {
@@ -578,6 +744,7 @@ fn policy_jobs(engine: &Engine, db: &str) -> Vec<JobRow> {
                     .cagg
                     .as_ref()
                     .map_or_else(|| t.name.clone(), |c| c.view.clone()),
+                initial_start: p.initial_start_micros,
             });
         }
     }
@@ -613,8 +780,8 @@ fn jobs(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
     batch(
         jobs_schema(),
         vec![
-            Arc::new(Int64Array::from(
-                js.iter().map(|j| j.id).collect::<Vec<_>>(),
+            Arc::new(Int32Array::from(
+                js.iter().map(|j| j.id as i32).collect::<Vec<_>>(),
             )),
             texts(&|j| j.application_name.clone()),
             intervals(),
@@ -622,7 +789,7 @@ fn jobs(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
                 Some(interval_of(0));
                 n
             ])),
-            Arc::new(Int64Array::from(vec![-1i64; n])),
+            Arc::new(Int32Array::from(vec![-1i32; n])),
             intervals(),
             Arc::new(StringArray::from(vec!["_timescaledb_functions"; n])),
             texts(&|j| j.proc_name.to_string()),
@@ -632,10 +799,10 @@ fn jobs(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
             texts(&|j| j.config.clone()),
             ts_array(
                 js.iter()
-                    .map(|j| engine.jobs().get(j.id).next_start)
+                    .map(|j| engine.jobs().get(j.id).next_start.or(j.initial_start))
                     .collect(),
             ),
-            ts_array(vec![None; n]),
+            ts_array(js.iter().map(|j| j.initial_start).collect()),
             Arc::new(StringArray::from(vec!["public"; n])),
             texts(&|j| j.hypertable_name.clone()),
             Arc::new(StringArray::from(vec!["_timescaledb_functions"; n])),
@@ -646,9 +813,9 @@ fn jobs(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
 
 fn job_stats_schema() -> Schema {
     Schema::new(vec![
-        text("hypertable_schema"),
-        text("hypertable_name"),
-        Field::new("job_id", DataType::Int64, false),
+        name("hypertable_schema"),
+        name("hypertable_name"),
+        Field::new("job_id", DataType::Int32, false),
         Field::new("last_run_started_at", tstz(), true),
         Field::new("last_successful_finish", tstz(), true),
         text("last_run_status"),
@@ -673,8 +840,8 @@ fn job_stats(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
                     .map(|j| j.hypertable_name.clone())
                     .collect::<Vec<_>>(),
             )),
-            Arc::new(Int64Array::from(
-                js.iter().map(|j| j.id).collect::<Vec<_>>(),
+            Arc::new(Int32Array::from(
+                js.iter().map(|j| j.id as i32).collect::<Vec<_>>(),
             )),
             ts_array(st.iter().map(|s| s.last_run_started_at).collect()),
             ts_array(st.iter().map(|s| s.last_successful_finish).collect()),
@@ -700,31 +867,33 @@ fn job_stats(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
 
 fn chunks_schema() -> Schema {
     Schema::new(vec![
-        text("hypertable_schema"),
-        text("hypertable_name"),
-        text("chunk_schema"),
-        text("chunk_name"),
-        text("primary_dimension"),
+        name("hypertable_schema"),
+        name("hypertable_name"),
+        name("chunk_schema"),
+        name("chunk_name"),
+        name("primary_dimension"),
         text("primary_dimension_type"),
         Field::new("range_start", tstz(), true),
         Field::new("range_end", tstz(), true),
         Field::new("range_start_integer", DataType::Int64, true),
         Field::new("range_end_integer", DataType::Int64, true),
         Field::new("is_compressed", DataType::Boolean, false),
-        text("chunk_tablespace"),
+        name("chunk_tablespace"),
     ])
 }
 
 fn chunks(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
-    let (mut ht, mut cn, mut pd, mut pt, mut rs, mut re) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut ht, mut cn, mut pd, mut pt, mut rs, mut re, mut comp) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for t in tables_of(engine, db)
         .into_iter()
         .filter(|t| t.is_hypertable())
     {
         let tc = t.time_column.clone().unwrap_or_default();
         let ty = time_type(&t);
-        for start in engine.chunk_starts(&t) {
+        for c in engine.chunk_compression(&t) {
+            let start = c.chunk_start;
+            comp.push(c.compressed);
             ht.push(t.name.clone());
             cn.push(t.chunk_name(start));
             pd.push(tc.clone());
@@ -747,7 +916,7 @@ fn chunks(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
             ts_array(re),
             Arc::new(Int64Array::from(vec![None; n])),
             Arc::new(Int64Array::from(vec![None; n])),
-            Arc::new(BooleanArray::from(vec![false; n])),
+            Arc::new(BooleanArray::from(comp)),
             Arc::new(StringArray::from(vec![None::<String>; n])),
         ],
     )
@@ -755,10 +924,10 @@ fn chunks(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
 
 fn dimensions_schema() -> Schema {
     Schema::new(vec![
-        text("hypertable_schema"),
-        text("hypertable_name"),
+        name("hypertable_schema"),
+        name("hypertable_name"),
         Field::new("dimension_number", DataType::Int64, false),
-        text("column_name"),
+        name("column_name"),
         text("column_type"),
         text("dimension_type"),
         Field::new(
@@ -767,7 +936,7 @@ fn dimensions_schema() -> Schema {
             true,
         ),
         Field::new("integer_interval", DataType::Int64, true),
-        text("integer_now_func"),
+        name("integer_now_func"),
         Field::new("num_partitions", DataType::Int16, true),
     ])
 }

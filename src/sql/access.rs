@@ -26,6 +26,12 @@ pub fn handles(stmt: &Statement) -> bool {
     matches!(stmt, Statement::Grant(_) | Statement::Revoke(_))
 }
 
+fn lit(t: &str) -> datafusion::sql::sqlparser::ast::Expr {
+    datafusion::sql::sqlparser::ast::Expr::value(
+        datafusion::sql::sqlparser::ast::Value::SingleQuotedString(t.to_string()),
+    )
+}
+
 fn denied(kind: &str, name: &str) -> Error {
     Error::sql("42501", format!("permission denied for {kind} {name}"))
 }
@@ -142,40 +148,65 @@ pub fn check(s: &Session, stmt: &Statement) -> Result<()> {
             }
             return Err(Error::sql("42501", "permission denied to create database"));
         }
+        Statement::Call(f) if super::maintenance::is_call(f) => return Ok(()),
         Statement::Call(_) => {
             return Err(Error::sql("42501", "only superusers may run jobs by hand"));
         }
-        Statement::Query(_) if super::ddl::handles(stmt) => {
-            let Some((name, fargs)) = super::ddl::management_call(stmt) else {
+        Statement::Query(_) => {
+            let bare = super::ddl::management_call(stmt);
+            let calls = bare
+                .iter()
+                .map(|(name, fargs)| (name.clone(), first_table_arg(fargs)))
+                .chain(
+                    super::calls::management_calls(stmt)
+                        .into_iter()
+                        .map(|(n, t)| (n.to_string(), t)),
+                );
+            for (name, table) in calls {
+                let table = table
+                    .as_deref()
+                    .and_then(|t| args::regclass_name(&lit(t)).ok());
+                match (name.as_str(), table) {
+                    // Sizes and chunk lists: for those who may read the table.
+                    (
+                        "show_chunks"
+                        | "hypertable_size"
+                        | "hypertable_detailed_size"
+                        | "chunks_detailed_size"
+                        | "approximate_row_count"
+                        | "hypertable_compression_stats"
+                        | "hypertable_columnstore_stats"
+                        | "chunk_compression_stats"
+                        | "chunk_columnstore_stats",
+                        Some(t),
+                    ) => need(&t, Privilege::Select)?,
+                    // A chunk: compressing changes how it is stored, not what it holds.
+                    ("compress_chunk" | "decompress_chunk", _) => {}
+                    // Changing a hypertable: its owner.
+                    (
+                        "create_hypertable"
+                        | "set_chunk_time_interval"
+                        | "drop_chunks"
+                        | "add_retention_policy"
+                        | "remove_retention_policy"
+                        | "add_continuous_aggregate_policy"
+                        | "remove_continuous_aggregate_policy"
+                        | "add_compression_policy"
+                        | "remove_compression_policy",
+                        Some(t),
+                    ) => owner(&t)?,
+                    _ => {
+                        return Err(Error::sql(
+                            "42501",
+                            format!("permission denied for function {name} (superusers only)"),
+                        ));
+                    }
+                }
+            }
+            if bare.is_some() {
                 return Ok(());
-            };
-            let table = first_table_arg(&fargs);
-            return match (name.as_str(), table) {
-                // Sizes and chunk lists: for those who may read the table.
-                (
-                    "show_chunks"
-                    | "hypertable_size"
-                    | "hypertable_detailed_size"
-                    | "chunks_detailed_size"
-                    | "approximate_row_count",
-                    Some(t),
-                ) => need(&t, Privilege::Select),
-                // Changing a hypertable: its owner.
-                (
-                    "create_hypertable"
-                    | "set_chunk_time_interval"
-                    | "drop_chunks"
-                    | "add_retention_policy"
-                    | "remove_retention_policy"
-                    | "add_continuous_aggregate_policy"
-                    | "remove_continuous_aggregate_policy",
-                    Some(t),
-                ) => owner(&t),
-                _ => Err(Error::sql(
-                    "42501",
-                    format!("permission denied for function {name} (superusers only)"),
-                )),
-            };
+            }
+            None
         }
         _ => None,
     };

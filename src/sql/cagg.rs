@@ -1480,6 +1480,7 @@ pub async fn add_policy(s: &Session, list: &[FunctionArg]) -> Result<i64> {
         schedule_interval_micros: sched.0,
         start_offset_text: start.map(|x| x.1),
         end_offset_text: end.map(|x| x.1),
+        initial_start_micros: super::schedule::job_start(s, a[5].as_ref(), a[6].as_ref()).await?,
     };
     match s
         .engine
@@ -1487,7 +1488,9 @@ pub async fn add_policy(s: &Session, list: &[FunctionArg]) -> Result<i64> {
         .set_cagg_policy(&s.db, &view, Some(policy.clone()))?
     {
         Ok(Some(p)) => {
-            s.engine.jobs().schedule_now(p.job_id);
+            s.engine
+                .jobs()
+                .schedule_from(p.job_id, p.initial_start_micros);
             Ok(p.job_id)
         }
         Ok(None) => Err(Error::Internal("policy not set".into())),
@@ -1558,7 +1561,8 @@ pub fn start_policies(engine: &Arc<Engine>) {
                     else {
                         continue;
                     };
-                    if !e.jobs().due(p.job_id, p.schedule_interval_micros) {
+                    if !e.jobs()
+                        .due(p.job_id, p.schedule_interval_micros, p.initial_start_micros) {
                         continue;
                     }
                     if !sessions.contains_key(db) {

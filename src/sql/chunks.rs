@@ -16,7 +16,7 @@ use crate::catalog::{Retention, TableDef};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 
-/// Management functions this module answers as `SELECT f(...)`.
+/// Management functions this module runs (through `calls`, the planner's functions).
 pub const FUNCTIONS: [&str; 10] = [
     "add_continuous_aggregate_policy",
     "remove_continuous_aggregate_policy",
@@ -29,6 +29,9 @@ pub const FUNCTIONS: [&str; 10] = [
     "chunks_detailed_size",
     "approximate_row_count",
 ];
+
+/// Functions that return a record: a bare `SELECT f(...)` gives its columns.
+pub const RECORD_FUNCTIONS: [&str; 2] = ["hypertable_detailed_size", "chunks_detailed_size"];
 
 /// Functions also usable in FROM (registered as DataFusion table functions).
 pub const TABLE_FUNCTIONS: [&str; 7] = [
@@ -302,8 +305,8 @@ fn hypertable(m: &crate::catalog::Manifest, db: &str, name: &str) -> Result<Arc<
     let t = m.table(db, name)?.clone();
     if !t.is_hypertable() {
         return Err(Error::sql(
-            "TS102",
-            format!("table \"{name}\" is not a hypertable"),
+            "TS001",
+            format!("\"{name}\" is not a hypertable or a continuous aggregate"),
         ));
     }
     Ok(t)
@@ -452,18 +455,20 @@ async fn add_retention_policy(s: &Session, args: &[FunctionArg]) -> Result<Outpu
     if schedule <= 0 {
         return Err(Error::sql("22023", "schedule_interval must be positive"));
     }
+    let initial_start_micros = super::schedule::job_start(s, a.get(4), a.get(5)).await?;
     let policy = Retention {
         drop_after_micros,
         schedule_interval_micros: schedule,
         drop_after_text: super::args::literal_text(drop_after)
             .unwrap_or_else(|| drop_after.to_string()),
+        initial_start_micros,
     };
     let job = s
         .engine
         .catalog()
         .set_retention(&s.db, &table.name, policy, if_not_exists)?;
     if job > 0 {
-        s.engine.jobs().schedule_now(job);
+        s.engine.jobs().schedule_from(job, initial_start_micros);
     }
     int_column("add_retention_policy", Some(job))
 }
@@ -487,6 +492,18 @@ pub async fn run_job(s: &Session, f: &ast::Function) -> Result<Output> {
             .find(|t| t.retention.is_some() && t.retention_job_id() == id)
             .map(|t| (db.clone(), t.clone()))
     });
+    // A compression (columnstore) policy.
+    let compression = m.databases.iter().find_map(|(db, d)| {
+        d.tables.values().find_map(|t| {
+            let p = t.compression.as_ref()?.policy.as_ref()?;
+            (p.job_id == id).then(|| (db.clone(), t.clone(), p.clone()))
+        })
+    });
+    if let Some((db, t, p)) = compression {
+        s.engine.jobs().started(id);
+        s.engine.run_compression(&db, &t, &p).await?;
+        return Ok(Output::Command("CALL".into()));
+    }
     let Some((db, t)) = found else {
         // A continuous aggregate's refresh policy, in this database.
         let policy = m.database(&s.db).ok().and_then(|d| {
@@ -507,6 +524,7 @@ pub async fn run_job(s: &Session, f: &ast::Function) -> Result<Output> {
         drop_after_micros: i64::MAX,
         schedule_interval_micros: DEFAULT_SCHEDULE,
         drop_after_text: String::new(),
+        initial_start_micros: None,
     });
     s.engine.jobs().started(id);
     s.engine.run_retention(&db, &t, &r).await?;
@@ -687,12 +705,12 @@ impl ChunkFn {
     }
 }
 
-impl datafusion::catalog::TableFunctionImpl for ChunkFn {
-    fn call_with_args(
+impl ChunkFn {
+    /// The rows of this function for `exprs`, from the catalog as it is now.
+    fn rows(
         &self,
-        args: datafusion::catalog::TableFunctionArgs,
-    ) -> datafusion::error::Result<Arc<dyn datafusion::datasource::TableProvider>> {
-        let exprs = args.exprs();
+        exprs: &[datafusion::logical_expr::Expr],
+    ) -> datafusion::error::Result<RecordBatch> {
         let t = self.table(exprs.first())?;
         let bound = |i: usize| -> datafusion::error::Result<Option<i64>> {
             match exprs.get(i) {
@@ -702,7 +720,6 @@ impl datafusion::catalog::TableFunctionImpl for ChunkFn {
                 None => Ok(None),
             }
         };
-        let schema = result_schema(self.name);
         let columns: Vec<Arc<dyn Array>> = match self.name {
             "show_chunks" => {
                 let (older, newer) = (bound(1)?, bound(2)?);
@@ -715,11 +732,25 @@ impl datafusion::catalog::TableFunctionImpl for ChunkFn {
             "hypertable_detailed_size" => detailed_size_columns(&t),
             _ => chunk_size_columns(&self.engine, &t),
         };
-        let batch = RecordBatch::try_new(schema.clone(), columns)?;
-        Ok(Arc::new(datafusion::datasource::MemTable::try_new(
-            schema,
-            vec![vec![batch]],
-        )?))
+        Ok(RecordBatch::try_new(result_schema(self.name), columns)?)
+    }
+}
+
+impl datafusion::catalog::TableFunctionImpl for ChunkFn {
+    fn call_with_args(
+        &self,
+        args: datafusion::catalog::TableFunctionArgs,
+    ) -> datafusion::error::Result<Arc<dyn datafusion::datasource::TableProvider>> {
+        let exprs = args.exprs().to_vec();
+        // Errors (no such hypertable, a bad range) when planning; the rows themselves
+        // when the plan runs, so a kept or prepared plan shows the chunks of then.
+        self.rows(&exprs)?;
+        let f = ChunkFn {
+            name: self.name,
+            engine: self.engine.clone(),
+            db: self.db.clone(),
+        };
+        crate::query::deferred::sync_table(result_schema(self.name), move || f.rows(&exprs))
     }
 }
 

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use arrow::array::{Array, BooleanArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::sql::sqlparser::ast::{self, Expr, FunctionArg, SelectItem, SetExpr, Statement};
+use datafusion::sql::sqlparser::ast::{self, Expr, FunctionArg, Statement};
 
 use super::chunks::{Args, relation, rows_output};
-use super::{Output, Prepared, Session, args};
+use super::{Output, Session, args};
 use crate::catalog::{CompressPolicy, CompressionDef, OrderBy, TableDef};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -27,16 +27,11 @@ const PROCEDURES: [&str; 4] = [
     "convert_to_rowstore",
 ];
 
-/// Chunk functions whose argument may come from a query (`SELECT
-/// compress_chunk(c) FROM show_chunks('t') c`).
-const CHUNK_FUNCTIONS: [&str; 2] = ["compress_chunk", "decompress_chunk"];
-
 /// Whether this module runs the statement (policy calls go through
 /// [`FUNCTIONS`] and the management-call path).
 pub fn handles(stmt: &Statement) -> bool {
     match stmt {
         Statement::Call(f) => PROCEDURES.contains(&fn_name(&f.name).as_str()),
-        Statement::Query(_) => chunk_call(stmt).is_some(),
         _ => false,
     }
 }
@@ -46,54 +41,6 @@ fn fn_name(n: &ast::ObjectName) -> String {
         .to_ascii_lowercase()
         .trim_start_matches("public.")
         .to_string()
-}
-
-/// `SELECT compress_chunk(<chunk> [, args]) [FROM … WHERE …]`: the function, its
-/// first argument and the other arguments.
-fn chunk_call(stmt: &Statement) -> Option<(String, Expr, Vec<FunctionArg>)> {
-    let Statement::Query(q) = stmt else {
-        return None;
-    };
-    let SetExpr::Select(sel) = q.body.as_ref() else {
-        return None;
-    };
-    let [item] = sel.projection.as_slice() else {
-        return None;
-    };
-    let (SelectItem::UnnamedExpr(Expr::Function(f))
-    | SelectItem::ExprWithAlias {
-        expr: Expr::Function(f),
-        ..
-    }) = item
-    else {
-        return None;
-    };
-    let name = fn_name(&f.name);
-    if !CHUNK_FUNCTIONS.contains(&name.as_str()) {
-        return None;
-    }
-    let ast::FunctionArguments::List(l) = &f.args else {
-        return None;
-    };
-    let first = match l.args.first()? {
-        FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => e.clone(),
-        FunctionArg::Named {
-            arg: ast::FunctionArgExpr::Expr(e),
-            ..
-        } => e.clone(),
-        _ => return None,
-    };
-    Some((name, first, l.args[1..].to_vec()))
-}
-
-/// Result columns of a statement [`handles`] takes (`SELECT compress_chunk(…)`).
-pub fn statement_schema(stmt: &Statement) -> Option<SchemaRef> {
-    let (name, _, _) = chunk_call(stmt)?;
-    Some(Arc::new(Schema::new(vec![Field::new(
-        name,
-        DataType::Utf8,
-        true,
-    )])))
 }
 
 /// Runs a statement [`handles`] takes.
@@ -124,70 +71,57 @@ pub async fn run(s: &Session, stmt: &Statement) -> Result<Output> {
                     .and_then(args::literal_text)
                     .ok_or_else(|| Error::sql("42883", format!("{name}(chunk regclass)")))?;
                 let compress = name == "convert_to_columnstore";
-                chunk_op(s, &chunk, compress, true).await?;
+                let lenient = a
+                    .get(1)
+                    .and_then(args::literal_text)
+                    .is_none_or(|v| args::truthy(&v));
+                chunk_op(s, &chunk, compress, lenient).await?;
                 Ok(Output::Command("CALL".into()))
             }
         };
     }
-    let Some((name, first, rest)) = chunk_call(stmt) else {
-        return Err(Error::Internal("not a chunk call".into()));
+    Err(Error::Internal("not a compression statement".into()))
+}
+
+/// `compress_chunk(chunk [, if_not_compressed [, recompress]])` /
+/// `decompress_chunk(chunk [, if_compressed])` for one chunk: its name (NULL for a
+/// NULL chunk).
+pub async fn chunk_fn(s: &Session, name: &str, fargs: &[FunctionArg]) -> Result<Output> {
+    let lenient_name = if name == "compress_chunk" {
+        "if_not_compressed"
+    } else {
+        "if_compressed"
     };
-    // The chunk names: the first argument, evaluated by the statement's own query.
-    let mut query = stmt.clone();
-    if let Statement::Query(q) = &mut query
-        && let SetExpr::Select(sel) = q.body.as_mut()
-    {
-        sel.projection = vec![SelectItem::ExprWithAlias {
-            expr: Expr::Cast {
-                kind: ast::CastKind::DoubleColon,
-                expr: Box::new(first),
-                data_type: ast::DataType::Text,
-                array: false,
-                format: None,
-            },
-            alias: ast::Ident::new("__sundial_chunk"),
-        }];
-    }
     let a = Args::new(
-        &name,
-        &[
-            vec![FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(
-                Expr::value(ast::Value::Null),
-            ))],
-            rest,
-        ]
-        .concat(),
-        &["chunk", "if_not_compressed"],
+        name,
+        fargs,
+        &["uncompressed_chunk", lenient_name, "recompress"],
     )?;
+    let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, true)]));
+    let chunk = match a.get(0) {
+        Some(Expr::Value(v)) if matches!(v.value, ast::Value::Null) => None,
+        Some(e) => Some(args::literal_text(e).ok_or_else(|| {
+            Error::sql(
+                "42883",
+                format!("function {name}(chunk regclass) needs a chunk"),
+            )
+        })?),
+        None => {
+            return Err(Error::sql(
+                "42883",
+                format!("function {name}() does not exist"),
+            ));
+        }
+    };
     let lenient = a
         .get(1)
         .and_then(args::literal_text)
         .is_none_or(|v| args::truthy(&v));
-    let Prepared::Plan { plan, .. } = s.prepare_in(&s.ctx.state(), query, &[]).await? else {
-        return Err(Error::Internal("chunk query planned as native".into()));
+    let chunk = match chunk {
+        Some(c) if chunk_op(s, &c, name == "compress_chunk", lenient).await? => Some(c),
+        _ => None,
     };
-    let batches = datafusion::prelude::DataFrame::new(s.ctx.state(), plan)
-        .collect()
-        .await?;
-    let mut names = vec![];
-    for b in &batches {
-        let col = arrow::compute::cast(b.column(0), &DataType::Utf8)?;
-        let col = col
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .ok_or_else(|| Error::Internal("chunk names".into()))?;
-        for v in col.iter() {
-            match v {
-                Some(v) => {
-                    chunk_op(s, v, name == "compress_chunk", lenient).await?;
-                    names.push(Some(v.to_string()));
-                }
-                None => names.push(None),
-            }
-        }
-    }
-    let schema = Arc::new(Schema::new(vec![Field::new(&name, DataType::Utf8, true)]));
-    rows_output(schema, vec![Arc::new(StringArray::from(names))])
+    rows_output(schema, vec![Arc::new(StringArray::from(vec![chunk]))])
 }
 
 /// The hypertable and chunk start a chunk name (`_timescaledb_internal._hyper_1_2_chunk`) names.
@@ -221,35 +155,46 @@ fn find_chunk(s: &Session, name: &str) -> Result<(Arc<TableDef>, i64)> {
 /// compress_chunk / convert_to_columnstore (`compress`), decompress_chunk /
 /// convert_to_rowstore. Compressing merges the chunk into one sorted file;
 /// decompressing has nothing to undo (rows are read and changed in place).
-async fn chunk_op(s: &Session, chunk: &str, compress: bool, lenient: bool) -> Result<()> {
+async fn chunk_op(s: &Session, chunk: &str, compress: bool, lenient: bool) -> Result<bool> {
     let (t, start) = find_chunk(s, chunk)?;
-    let done = s
+    let bare = t.chunk_name(start);
+    let state = s
         .engine
         .chunk_compression(&t)
-        .iter()
-        .find(|c| c.chunk_start == start)
-        .is_some_and(|c| c.compressed);
+        .into_iter()
+        .find(|c| c.chunk_start == start);
+    let compressed = state.as_ref().is_some_and(|c| c.compressed);
+    let partial = state.as_ref().is_some_and(|c| c.partial);
     if compress {
-        if done && !lenient {
-            return Err(Error::sql(
-                "55000",
-                format!("chunk \"{chunk}\" is already converted to columnstore"),
-            ));
+        if compressed && !partial {
+            // TimescaleDB: an error, or with if_not_compressed a notice (and the name).
+            let msg = format!("chunk \"{bare}\" is already converted to columnstore");
+            if !lenient {
+                return Err(Error::sql("42710", msg));
+            }
+            tracing::debug!("{msg}");
+            return Ok(true);
         }
-        if !done {
-            for _ in 0..3 {
-                if s.engine.compress_chunk(&s.db, t.id, start).await? {
-                    break;
-                }
+        for _ in 0..3 {
+            if s.engine.compress_chunk(&s.db, t.id, start).await? {
+                break;
             }
         }
-    } else if !lenient && !done {
-        return Err(Error::sql(
-            "55000",
-            format!("chunk \"{chunk}\" is not converted to columnstore"),
-        ));
+        Ok(true)
+    } else if !compressed {
+        let msg = format!("chunk \"{bare}\" is not converted to columnstore");
+        if !lenient {
+            return Err(Error::sql("55000", msg));
+        }
+        // TimescaleDB answers NULL (with a notice).
+        Ok(false)
+    } else {
+        // The rows stay where they are: only the state changes.
+        s.engine
+            .catalog()
+            .set_chunk_compressed(t.id, start, false)?;
+        Ok(true)
     }
-    Ok(())
 }
 
 /// Applies one compression option (`compress`, `segmentby`, `orderby` and their
@@ -413,6 +358,7 @@ async fn add_policy(s: &Session, func: &str, fargs: &[FunctionArg]) -> Result<Ou
         t.id,
         pg_interval_text(&text)
     );
+    let initial_start_micros = super::schedule::job_start(s, a.get(4), a.get(5)).await?;
     let name = t.name.clone();
     let id = s.engine.catalog().update_compression(&s.db, &t.name, |c, job| {
         let def = c.get_or_insert_with(|| CompressionDef {
@@ -440,9 +386,13 @@ async fn add_policy(s: &Session, func: &str, fargs: &[FunctionArg]) -> Result<Ou
             created_before_micros: created.as_ref().map(|(m, _)| *m),
             schedule_interval_micros: schedule,
             config: config.clone(),
+            initial_start_micros,
         });
         Ok(job)
     })?;
+    if id > 0 {
+        s.engine.jobs().schedule_from(id, initial_start_micros);
+    }
     let schema = Arc::new(Schema::new(vec![Field::new(func, DataType::Int64, true)]));
     rows_output(schema, vec![Arc::new(Int64Array::from(vec![id]))])
 }
@@ -543,16 +493,31 @@ impl datafusion::catalog::TableFunctionImpl for StatsFn {
             }
         };
         let name = args::regclass_name(&Expr::value(ast::Value::SingleQuotedString(name)))?;
+        let schema = self.rows(&name)?.schema();
+        let f = StatsFn {
+            chunks: self.chunks,
+            engine: self.engine.clone(),
+            db: self.db.clone(),
+        };
+        // The rows when the plan runs: a kept or prepared plan shows the chunks of then.
+        crate::query::deferred::sync_table(schema, move || Ok(f.rows(&name)?))
+    }
+}
+
+impl StatsFn {
+    /// The rows for hypertable `name`, from the catalog as it is now.
+    fn rows(&self, name: &str) -> Result<RecordBatch> {
         let t = self
             .engine
             .catalog()
             .snapshot()
-            .table(&self.db, &name)?
+            .table(&self.db, name)?
             .clone();
         if !t.is_hypertable() {
-            return Err(
-                Error::sql("TS001", format!("table \"{name}\" is not a hypertable")).into(),
-            );
+            return Err(Error::sql(
+                "TS001",
+                format!("table \"{name}\" is not a hypertable"),
+            ));
         }
         let enabled = t.compression.as_ref().is_some_and(|c| c.enabled);
         let chunks = self.engine.chunk_compression(&t);
@@ -633,11 +598,7 @@ impl datafusion::catalog::TableFunctionImpl for StatsFn {
         let rows = cols.first().map_or(0, |c| c.len());
         cols.push(Arc::new(StringArray::from(vec![None::<String>; rows])));
         let schema = Arc::new(Schema::new(fields));
-        let batch = RecordBatch::try_new(schema.clone(), cols)?;
-        Ok(Arc::new(datafusion::datasource::MemTable::try_new(
-            schema,
-            vec![vec![batch]],
-        )?))
+        Ok(RecordBatch::try_new(schema, cols)?)
     }
 }
 

@@ -48,7 +48,9 @@ pub fn handles(stmt: &Statement) -> bool {
         Statement::Insert(i) => super::upsert::handles(i),
         Statement::Call(f) => {
             let n = f.name.to_string();
-            n.eq_ignore_ascii_case("run_job") || n.eq_ignore_ascii_case(super::cagg::REFRESH)
+            n.eq_ignore_ascii_case("run_job")
+                || n.eq_ignore_ascii_case(super::cagg::REFRESH)
+                || super::maintenance::is_call(f)
         }
         other => super::views::handles(other),
     }
@@ -56,13 +58,7 @@ pub fn handles(stmt: &Statement) -> bool {
 
 /// Result schema of a management function call.
 pub fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
-    if let Some(schema) = super::compression::statement_schema(stmt) {
-        return Some(schema);
-    }
     let (name, _) = management_call(stmt)?;
-    if super::compression::FUNCTIONS.contains(&name.as_str()) {
-        return Some(super::compression::result_schema(&name));
-    }
     Some(super::chunks::result_schema(&name))
 }
 
@@ -84,9 +80,10 @@ pub fn management_call(stmt: &Statement) -> Option<(String, Vec<FunctionArg>)> {
     let Expr::Function(f) = expr else { return None };
     let name = f.name.to_string().to_ascii_lowercase();
     let name = name.trim_start_matches("public.").to_string();
+    // The others are functions of the planner (`calls`, `chunks::register`); these
+    // change a table's definition or return a record.
     if !FUNCTIONS.contains(&name.as_str())
-        && !super::chunks::FUNCTIONS.contains(&name.as_str())
-        && !super::compression::FUNCTIONS.contains(&name.as_str())
+        && !super::chunks::RECORD_FUNCTIONS.contains(&name.as_str())
     {
         return None;
     }
@@ -222,6 +219,7 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
                 t.table_names.iter().map(|n| n.name.clone()).collect();
             super::chunks::truncate(s, &names).await
         }
+        Statement::Call(f) if super::maintenance::is_call(f) => super::maintenance::run(s, f).await,
         Statement::Call(f) => super::chunks::run_job(s, f).await,
         Statement::Query(_) => {
             let (name, args) =
@@ -237,9 +235,6 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
                     s.engine.flush().await?;
                     let n = s.engine.compact(false).await?;
                     one_text_row("sundial_compact", n.to_string())
-                }
-                other if super::compression::FUNCTIONS.contains(&other) => {
-                    super::compression::call(s, other, &args).await
                 }
                 other => super::chunks::call(s, other, &args).await,
             }
@@ -268,6 +263,8 @@ fn allowed_in_block(s: &Session, stmt: &Statement) -> Result<()> {
             ..
         } => true,
         Statement::CreateIndex(ci) => table_of_block(&ci.table_name),
+        // ANALYZE changes nothing; VACUUM refuses itself, as PostgreSQL does.
+        Statement::Call(f) => super::maintenance::is_call(f),
         Statement::AlterTable(at) => table_of_block(&at.name),
         Statement::Query(_) => match management_call(stmt) {
             Some((name, args)) => {
@@ -426,10 +423,15 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
     }
     let keys = table_keys(ct, &name, &mut columns)?;
     let opts = with_options(ct)?;
-    let compression = if opts.compression.is_empty() {
+    // TimescaleDB 2.2x: a table created as a hypertable has the columnstore enabled
+    // unless `tsdb.enable_columnstore = false`.
+    let compression = if opts.compression.is_empty() && !opts.hypertable {
         None
     } else {
-        let mut c = crate::catalog::CompressionDef::default();
+        let mut c = crate::catalog::CompressionDef {
+            enabled: opts.hypertable,
+            ..Default::default()
+        };
         for (k, v) in &opts.compression {
             super::compression::apply_option(
                 &|n| columns.iter().any(|c| c.name == n),
@@ -467,10 +469,11 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
     } else {
         (None, None)
     };
-    s.engine.catalog().create_table(
+    let columnstore = compression.as_ref().is_some_and(|c| c.enabled);
+    let created = s.engine.catalog().create_table(
         &s.db,
         NewTable {
-            name,
+            name: name.clone(),
             columns,
             time_column,
             chunk_interval_micros: interval,
@@ -481,7 +484,45 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
         },
         ct.if_not_exists,
     )?;
+    if created
+        && opts.hypertable
+        && columnstore
+        && let Some(iv) = interval
+    {
+        default_columnstore_policy(s, &name, iv)?;
+    }
     Ok(Output::Command("CREATE TABLE".into()))
+}
+
+/// The columnstore policy TimescaleDB 2.2x gives a table created as a hypertable:
+/// chunks older than one chunk interval, checked daily, first a day from now.
+fn default_columnstore_policy(s: &Session, table: &str, interval: i64) -> Result<()> {
+    const DAY: i64 = 86_400_000_000;
+    let after = super::functions::pgtext::interval(0, (interval / DAY) as i32, interval % DAY);
+    let initial_start = chrono::Utc::now().timestamp_micros().saturating_add(DAY);
+    let tid = s.engine.catalog().snapshot().table(&s.db, table)?.id;
+    let config = format!("{{\"hypertable_id\": {tid}, \"compress_after\": \"{after}\"}}");
+    let job = s
+        .engine
+        .catalog()
+        .update_compression(&s.db, table, |c, job| {
+            let Some(def) = c.as_mut() else {
+                return Ok(None);
+            };
+            def.policy = Some(crate::catalog::CompressPolicy {
+                job_id: job,
+                after_micros: Some(interval),
+                created_before_micros: None,
+                schedule_interval_micros: DAY,
+                config,
+                initial_start_micros: Some(initial_start),
+            });
+            Ok(Some(job))
+        })?;
+    if let Some(id) = job {
+        s.engine.jobs().schedule_from(id, Some(initial_start));
+    }
+    Ok(())
 }
 
 /// The PRIMARY KEY and UNIQUE constraints of a CREATE TABLE (column or table

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod args;
 pub mod cagg;
+pub mod calls;
 pub mod chunks;
 pub mod complexity;
 pub mod compression;
@@ -18,12 +19,14 @@ pub mod gapfill;
 mod grouping;
 pub mod insert;
 pub mod lateral;
+pub mod maintenance;
 pub mod names;
 pub mod pg_catalog;
 pub mod pgnumeric;
 pub mod plan_cache;
 pub mod prepass;
 pub mod roles;
+pub mod schedule;
 pub mod session;
 pub mod tx;
 pub mod update;
@@ -146,7 +149,8 @@ impl Step {
                     .any(|w| text.contains(w))
                     && !ddl::FUNCTIONS
                         .iter()
-                        .chain(chunks::FUNCTIONS.iter())
+                        .copied()
+                        .chain(calls::writing_names())
                         .any(|f| text.contains(f))
             }
             Step::Statement(_) | Step::Insert(..) => false,
@@ -359,15 +363,23 @@ impl VisitorMut for Normalize {
             args: Some(targs),
             ..
         } = tf
-            && name.to_string().eq_ignore_ascii_case("show_chunks")
+            && let Err(e) = calls::positional(name, &mut targs.args)
         {
-            positional(&mut targs.args, &["relation", "older_than", "newer_than"]);
+            self.error = Some(e);
+            return ControlFlow::Break(());
         }
         pg_catalog::rewrite::table_factor(tf);
         ControlFlow::Continue(())
     }
 
     fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
+        if let ast::Expr::Function(f) = expr
+            && let ast::FunctionArguments::List(list) = &mut f.args
+            && let Err(e) = calls::positional(&f.name, &mut list.args)
+        {
+            self.error = Some(e);
+            return ControlFlow::Break(());
+        }
         pg_catalog::rewrite::expr(expr);
         // mod(a, b) is PostgreSQL's name for a % b (same types, 22012 on zero).
         if let ast::Expr::Function(f) = expr
@@ -989,6 +1001,7 @@ impl Session {
         ctx.add_analyzer_rule(lateral::rule());
         chunks::register(&ctx, &engine, db);
         compression::register(&ctx, &engine, db);
+        calls::register(&ctx, &engine, db, user);
         pg_catalog::functions::register(&ctx, cat);
         let plans = engine.shared();
         let session = Session {
@@ -1022,6 +1035,7 @@ impl Session {
     ) -> Result<Prepared> {
         self.check_not_aborted(Some(&stmt))?;
         access::check(self, &stmt)?;
+        self.check_calls_in_block(&stmt)?;
         let state = self.ctx.state();
         let kept = (self.engine.config().auth != crate::config::AuthMethod::Trust)
             .then(|| Box::new(stmt.clone()));
@@ -1047,6 +1061,21 @@ impl Session {
             *described = Some(Arc::new(analyzed.schema().as_arrow().clone()));
         }
         Ok(p)
+    }
+
+    /// Inside a transaction block, a management call that changes something runs only
+    /// on a table created in the block (ROLLBACK undoes it); others are refused before
+    /// the statement runs.
+    fn check_calls_in_block(&self, stmt: &Statement) -> Result<()> {
+        if !self.staging.in_block() {
+            return Ok(());
+        }
+        for (name, table) in calls::writing_calls(stmt) {
+            if !table.is_some_and(|t| self.is_created_in_block(&t.to_ascii_lowercase())) {
+                self.check_ddl_in_block(name)?;
+            }
+        }
+        Ok(())
     }
 
     /// [`Session::prepare_typed`] with a session state the caller goes on using.
@@ -1638,6 +1667,12 @@ impl Session {
     /// Evaluates a constant expression through DataFusion (`SELECT e`); NULL when the
     /// query returns no row.
     pub(crate) async fn scalar(&self, e: &ast::Expr) -> Result<datafusion::common::ScalarValue> {
+        // Interval text in PostgreSQL's forms (`'01:00:00'`) reads as PostgreSQL reads it.
+        let mut e = e.clone();
+        let _ = ast::visit_expressions_mut(&mut e, |x| {
+            pg_interval_text(x);
+            std::ops::ControlFlow::<()>::Continue(())
+        });
         let batches = self
             .ctx
             .sql(&format!("SELECT {e}"))

@@ -26,7 +26,7 @@ pub const MATVIEW_MARK: &str = "sundial.materialized_view";
 /// and MOVE statements written as marked FETCHes. SQL that does not tokenize is
 /// returned unchanged (the parser reports the error).
 pub fn rewrite(sql: &str) -> String {
-    let sql = &matviews(&negative_limits(&users(&moves(sql))));
+    let sql = &matviews(&negative_limits(&users(&moves(&maintenance(sql)))));
     let lower = sql.to_ascii_lowercase();
     if !(lower.contains("create") && lower.contains("with")) {
         return sql.to_string();
@@ -229,6 +229,45 @@ fn matviews(sql: &str) -> String {
             }
         }
         i = stop + 1;
+    }
+    apply(sql, edits)
+}
+
+/// `VACUUM` / `ANALYZE` in PostgreSQL's forms become the maintenance procedure's
+/// `CALL` (sqlparser reads neither form as PostgreSQL writes it).
+fn maintenance(sql: &str) -> String {
+    let lower = sql.to_ascii_lowercase();
+    if !(lower.contains("vacuum") || lower.contains("analy")) {
+        return sql.to_string();
+    }
+    let Some(tokens) = significant_tokens(sql) else {
+        return sql.to_string();
+    };
+    let sig: Vec<&TokenWithSpan> = tokens.iter().collect();
+    let offsets = LineIndex::new(sql);
+    let mut edits: Vec<(usize, usize, String)> = vec![];
+    for i in 0..sig.len() {
+        let starts = i == 0 || matches!(sig[i - 1].token, Token::SemiColon);
+        if !(starts
+            && ["vacuum", "analyze", "analyse"]
+                .iter()
+                .any(|w| is_kw(&sig[i].token, w)))
+        {
+            continue;
+        }
+        let stop = (i + 1..sig.len())
+            .find(|&k| matches!(sig[k].token, Token::SemiColon))
+            .unwrap_or(sig.len());
+        let Some(canonical) = super::maintenance::canonical(&sig[i..stop]) else {
+            continue;
+        };
+        let (Some(from), Some(to)) = (
+            offsets.offset(&sig[i].span.start),
+            offsets.offset(&sig[stop - 1].span.end),
+        ) else {
+            return sql.to_string();
+        };
+        edits.push((from, to, canonical));
     }
     apply(sql, edits)
 }

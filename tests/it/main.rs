@@ -21,6 +21,7 @@ mod pg_compare;
 mod plan_cache;
 mod psql;
 mod scan;
+mod stale;
 mod stats_answers;
 mod transactions;
 mod wire;

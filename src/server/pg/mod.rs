@@ -383,7 +383,23 @@ fn fields_for(schema: &SchemaRef, format: &Format) -> PgWireResult<Vec<FieldInfo
             ),
         )));
     }
-    arrow_schema_to_pg_fields(&catalog_types(schema), format, None)
+    let mut fields = arrow_schema_to_pg_fields(&catalog_types(schema), format, None)?;
+    // Columns described as another PostgreSQL type than Arrow's names (`name` for a
+    // text column), with the same values in both formats.
+    for (info, f) in fields.iter_mut().zip(schema.fields()) {
+        let ty = match f
+            .metadata()
+            .get(crate::query::system::PG_TYPE_KEY)
+            .map(String::as_str)
+        {
+            Some("name") if f.data_type() == &DataType::Utf8 => pgwire::api::Type::NAME,
+            // Empty in both formats.
+            Some("void") if f.data_type() == &DataType::Utf8 => pgwire::api::Type::VOID,
+            _ => continue,
+        };
+        *info = FieldInfo::new(info.name().to_string(), None, None, ty, info.format());
+    }
+    Ok(fields)
 }
 
 /// The type arrow-pg names a column's PostgreSQL type by: it knows `numeric` only as

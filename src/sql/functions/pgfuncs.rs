@@ -383,7 +383,12 @@ impl ScalarUDFImpl for PgTypeof {
         Ok(DataType::Utf8)
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let name = pg_type_name(args.arg_fields[0].data_type());
+        let f = &args.arg_fields[0];
+        // A value described as another PostgreSQL type than its Arrow type names.
+        let name = match f.metadata().get(crate::query::system::PG_TYPE_KEY) {
+            Some(t) => t.clone().into(),
+            None => pg_type_name(f.data_type()),
+        };
         Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
             name.into_owned(),
         ))))

@@ -1298,11 +1298,14 @@ pub fn set_returning_items(sel: &mut ast::Select) {
             _ => continue,
         };
         let (set, array) = if ident_eq(name, "generate_series") {
-            ("generate_series", None)
+            ("generate_series".to_string(), None)
+        } else if crate::sql::calls::is_set_returning(&f.name) {
+            // show_chunks / drop_chunks: one row per chunk.
+            (name.value.to_ascii_lowercase(), None)
         } else if ident_eq(name, "regexp_matches") {
             // One text[] per match: the array of them, unnested.
             (
-                "regexp_matches",
+                "regexp_matches".to_string(),
                 Some(crate::sql::functions::regex::MATCHES_ALL),
             )
         } else {
@@ -1318,7 +1321,7 @@ pub fn set_returning_items(sel: &mut ast::Select) {
         let unnest = call("unnest", vec![inner]);
         *item = SelectItem::ExprWithAlias {
             expr: unnest,
-            alias: alias.unwrap_or_else(|| Ident::new(set)),
+            alias: alias.unwrap_or_else(|| Ident::new(&set)),
         };
     }
 }
