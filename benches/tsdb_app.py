@@ -112,10 +112,11 @@ def app(days: int) -> list[str]:
         "SELECT count(decompress_chunk(c)) FROM show_chunks('readings') c",
         "SELECT count(*) FILTER (WHERE is_compressed) FROM "
         "timescaledb_information.chunks WHERE hypertable_name = 'readings'",
-        # Retention.
-        "SELECT add_retention_policy('readings', INTERVAL '90 days', if_not_exists => true) "
+        # Retention (a window the data is inside: the job may run at once on either
+        # server, and must drop nothing while the script runs).
+        "SELECT add_retention_policy('readings', INTERVAL '10 years', if_not_exists => true) "
         "IS NOT NULL",
-        "SELECT add_retention_policy('readings', INTERVAL '90 days', if_not_exists => true)",
+        "SELECT add_retention_policy('readings', INTERVAL '10 years', if_not_exists => true)",
         "SELECT proc_name FROM timescaledb_information.jobs WHERE hypertable_name = "
         "'readings' ORDER BY 1",
         "SELECT remove_retention_policy('readings')",
