@@ -109,6 +109,14 @@ pub fn name(name: &str) -> Field {
     )]))
 }
 
+/// A column of PostgreSQL type `regclass` (sent as its text).
+fn regclass(name: &str) -> Field {
+    text(name).with_metadata(std::collections::HashMap::from([(
+        PG_TYPE_KEY.to_string(),
+        "regclass".to_string(),
+    )]))
+}
+
 /// The `timescaledb_information` schema.
 #[derive(Debug)]
 pub struct InfoSchema {
@@ -551,7 +559,7 @@ fn compression_settings(engine: &Engine, db: &str) -> DfResult<RecordBatch> {
 /// columnstore name).
 fn table_settings_schema() -> Schema {
     Schema::new(vec![
-        text("hypertable"),
+        regclass("hypertable"),
         text("segmentby"),
         text("orderby"),
         text("compress_interval_length"),
@@ -562,8 +570,8 @@ fn table_settings_schema() -> Schema {
 /// Columns of `timescaledb_information.chunk_compression_settings`.
 fn chunk_settings_schema() -> Schema {
     Schema::new(vec![
-        text("hypertable"),
-        text("chunk"),
+        regclass("hypertable"),
+        regclass("chunk"),
         text("segmentby"),
         text("orderby"),
         text("index"),

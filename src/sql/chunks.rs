@@ -47,6 +47,16 @@ pub const TABLE_FUNCTIONS: [&str; 7] = [
 /// Default `schedule_interval` of a retention policy, as TimescaleDB.
 const DEFAULT_SCHEDULE: i64 = 86_400_000_000;
 
+/// No rows of `schema`.
+fn empty_output(schema: SchemaRef) -> Result<Output> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| arrow::array::new_empty_array(f.data_type()))
+        .collect();
+    rows_output(schema, columns)
+}
+
 pub(crate) fn rows_output(schema: SchemaRef, columns: Vec<Arc<dyn Array>>) -> Result<Output> {
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
     let stream =
@@ -238,23 +248,28 @@ pub async fn call(s: &Session, name: &str, args: &[FunctionArg]) -> Result<Outpu
         }
         "hypertable_size" => {
             let a = Args::new(name, args, &["hypertable"])?;
-            let table = relation(s, name, a.get(0))?;
-            int_column("hypertable_size", Some(table_bytes(&table)))
+            let table = readable_relation(s, name, a.get(0))?;
+            int_column("hypertable_size", table.map(|t| table_bytes(&t)))
         }
         "approximate_row_count" => {
             let a = Args::new(name, args, &["relation"])?;
-            let table = relation(s, name, a.get(0))?;
+            let name = super::args::regclass_name(a.get(0).ok_or_else(|| signature_error(name))?)?;
+            let table = s.engine.catalog().snapshot().table(&s.db, &name)?.clone();
             int_column("approximate_row_count", Some(row_count(&s.engine, &table)))
         }
         "hypertable_detailed_size" => {
             let a = Args::new(name, args, &["hypertable"])?;
-            let table = relation(s, name, a.get(0))?;
-            rows_output(result_schema(name), detailed_size_columns(&table))
+            match readable_relation(s, name, a.get(0))? {
+                Some(t) => rows_output(result_schema(name), detailed_size_columns(&t)),
+                None => empty_output(result_schema(name)),
+            }
         }
         "chunks_detailed_size" => {
             let a = Args::new(name, args, &["hypertable"])?;
-            let table = relation(s, name, a.get(0))?;
-            rows_output(result_schema(name), chunk_size_columns(&s.engine, &table))
+            match readable_relation(s, name, a.get(0))? {
+                Some(t) => rows_output(result_schema(name), chunk_size_columns(&s.engine, &t)),
+                None => empty_output(result_schema(name)),
+            }
         }
         _ => Err(Error::Internal(format!("unhandled function {name}"))),
     }
@@ -310,6 +325,23 @@ fn hypertable(m: &crate::catalog::Manifest, db: &str, name: &str) -> Result<Arc<
         ));
     }
     Ok(t)
+}
+
+/// Like [`hypertable`], for the size and row-count readers: `None` for a plain table
+/// (TimescaleDB answers NULL or no rows there rather than an error).
+fn readable(m: &crate::catalog::Manifest, db: &str, name: &str) -> Result<Option<Arc<TableDef>>> {
+    match hypertable(m, db, name) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.sqlstate() == "TS001" => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The hypertable named by a reader's first argument (`None`: a plain table).
+fn readable_relation(s: &Session, func: &str, e: Option<&Expr>) -> Result<Option<Arc<TableDef>>> {
+    let e = e.ok_or_else(|| signature_error(func))?;
+    let name = super::args::regclass_name(e)?;
+    readable(&s.engine.catalog().snapshot(), &s.db, &name)
 }
 
 /// TimescaleDB rejects `older_than <= newer_than` (an empty or inverted range).
@@ -689,7 +721,7 @@ impl ChunkFn {
     fn table(
         &self,
         e: Option<&datafusion::logical_expr::Expr>,
-    ) -> datafusion::error::Result<Arc<TableDef>> {
+    ) -> datafusion::error::Result<Option<Arc<TableDef>>> {
         let name = match e.map(const_value).transpose()? {
             Some(ScalarValue::Utf8(Some(n))) | Some(ScalarValue::Utf8View(Some(n))) => n,
             _ => {
@@ -700,8 +732,19 @@ impl ChunkFn {
         };
         let name = super::args::regclass_name(&Expr::value(ast::Value::SingleQuotedString(name)))
             .map_err(datafusion::error::DataFusionError::from)?;
-        hypertable(&self.engine.catalog().snapshot(), &self.db, &name)
-            .map_err(datafusion::error::DataFusionError::from)
+        // show_chunks needs a hypertable; the size functions answer no rows for a
+        // plain table, as TimescaleDB does.
+        let m = self.engine.catalog().snapshot();
+        let t = match self.name {
+            "show_chunks" => hypertable(&m, &self.db, &name).map(Some),
+            // An estimate of any table's rows.
+            "approximate_row_count" => match readable(&m, &self.db, &name) {
+                Ok(None) => m.table(&self.db, &name).map(|t| Some(t.clone())),
+                other => other,
+            },
+            _ => readable(&m, &self.db, &name),
+        };
+        t.map_err(datafusion::error::DataFusionError::from)
     }
 }
 
@@ -711,7 +754,9 @@ impl ChunkFn {
         &self,
         exprs: &[datafusion::logical_expr::Expr],
     ) -> datafusion::error::Result<RecordBatch> {
-        let t = self.table(exprs.first())?;
+        let Some(t) = self.table(exprs.first())? else {
+            return Ok(RecordBatch::new_empty(result_schema(self.name)));
+        };
         let bound = |i: usize| -> datafusion::error::Result<Option<i64>> {
             match exprs.get(i) {
                 Some(e) => {
@@ -842,8 +887,9 @@ impl datafusion::logical_expr::ScalarUDFImpl for SizeFn {
                 continue;
             }
             let lit = datafusion::logical_expr::lit(names.value(i));
+            // NULL for a plain table's hypertable_size, as in TimescaleDB.
             let t = self.inner.table(Some(&lit))?;
-            out.push(Some(match self.inner.name {
+            out.push(t.map(|t| match self.inner.name {
                 "hypertable_size" => table_bytes(&t),
                 _ => row_count(&self.inner.engine, &t),
             }));

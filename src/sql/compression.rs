@@ -513,14 +513,14 @@ impl StatsFn {
             .snapshot()
             .table(&self.db, name)?
             .clone();
-        if !t.is_hypertable() {
-            return Err(Error::sql(
-                "TS001",
-                format!("table \"{name}\" is not a hypertable"),
-            ));
-        }
+        // A plain table has no chunks: no rows, as in TimescaleDB.
+        let plain = !t.is_hypertable();
         let enabled = t.compression.as_ref().is_some_and(|c| c.enabled);
-        let chunks = self.engine.chunk_compression(&t);
+        let chunks = if plain {
+            vec![]
+        } else {
+            self.engine.chunk_compression(&t)
+        };
         let bytes = |v: Vec<Option<i64>>| -> Arc<dyn Array> { Arc::new(Int64Array::from(v)) };
         let mut fields = vec![];
         let mut cols: Vec<Arc<dyn Array>> = vec![];
@@ -598,7 +598,8 @@ impl StatsFn {
         let rows = cols.first().map_or(0, |c| c.len());
         cols.push(Arc::new(StringArray::from(vec![None::<String>; rows])));
         let schema = Arc::new(Schema::new(fields));
-        Ok(RecordBatch::try_new(schema, cols)?)
+        let batch = RecordBatch::try_new(schema, cols)?;
+        Ok(if plain { batch.slice(0, 0) } else { batch })
     }
 }
 
