@@ -542,12 +542,7 @@ impl Catalog {
     /// `decompress_chunk`); a table without compression settings keeps none.
     pub fn set_chunk_compressed(&self, table_id: u64, start: i64, compressed: bool) -> Result<()> {
         self.update(|m| {
-            let t = m
-                .databases
-                .values_mut()
-                .flat_map(|d| d.tables.values_mut())
-                .find(|t| t.id == table_id)
-                .ok_or_else(|| Error::UndefinedTable(format!("table id {table_id}")))?;
+            let t = table_by_id(m, table_id)?;
             if let Some(c) = Arc::make_mut(t).compression.as_mut() {
                 if compressed {
                     c.compressed_chunks.insert(start);
@@ -768,18 +763,22 @@ pub struct FilesChange {
     pub refreshed: Vec<super::cagg::Range>,
 }
 
+/// The table with id `table_id`, in whichever database holds it.
+fn table_by_id(m: &mut Manifest, table_id: u64) -> Result<&mut Arc<TableDef>> {
+    m.databases
+        .values_mut()
+        .flat_map(|d| d.tables.values_mut())
+        .find(|t| t.id == table_id)
+        .ok_or_else(|| Error::UndefinedTable(format!("table id {table_id}")))
+}
+
 fn apply_edits(
     m: &mut Manifest,
     table_id: u64,
     edits: &[FileEdit],
     added: Vec<FileMeta>,
 ) -> Result<()> {
-    let t = m
-        .databases
-        .values_mut()
-        .flat_map(|d| d.tables.values_mut())
-        .find(|t| t.id == table_id)
-        .ok_or_else(|| Error::UndefinedTable(format!("table id {table_id}")))?;
+    let t = table_by_id(m, table_id)?;
     if !edits
         .iter()
         .all(|(id, _)| t.files.iter().any(|f| f.id == *id))

@@ -158,7 +158,7 @@ pub fn check(s: &Session, stmt: &Statement) -> Result<()> {
                 .iter()
                 .map(|(name, fargs)| (name.clone(), first_table_arg(fargs)))
                 .chain(
-                    super::calls::management_calls(stmt)
+                    super::signatures::management_calls(stmt)
                         .into_iter()
                         .map(|(n, t)| (n.to_string(), t)),
                 );

@@ -150,6 +150,92 @@ impl<F: FnMut(&str)> ast::Visitor for Placeholders<F> {
     }
 }
 
+/// A value as the literal PostgreSQL would read for it (strings quoted, so they take
+/// the type of what they meet; times as ISO text cast to their type; intervals in
+/// units every interval reader takes).
+pub fn value_literal(v: &datafusion::common::ScalarValue) -> ast::Expr {
+    use datafusion::common::ScalarValue;
+    match v {
+        _ if v.is_null() => ast::Expr::value(ast::Value::Null),
+        ScalarValue::Boolean(Some(b)) => ast::Expr::value(ast::Value::Boolean(*b)),
+        ScalarValue::Int8(_)
+        | ScalarValue::Int16(_)
+        | ScalarValue::Int32(_)
+        | ScalarValue::Int64(_)
+        | ScalarValue::UInt8(_)
+        | ScalarValue::UInt16(_)
+        | ScalarValue::UInt32(_)
+        | ScalarValue::UInt64(_)
+        | ScalarValue::Float32(_)
+        | ScalarValue::Float64(_)
+        | ScalarValue::Decimal128(..)
+        | ScalarValue::Decimal256(..)
+            if v.to_string().parse::<f64>().is_ok_and(f64::is_finite) =>
+        {
+            let mut text = v.to_string();
+            if matches!(v, ScalarValue::Decimal256(..)) && text.contains('.') {
+                // A numeric without typmod carries 38 fraction digits; the
+                // value's own are enough (and keep the literal 128-bit).
+                text = text.trim_end_matches('0').trim_end_matches('.').to_string();
+            }
+            let num = ast::Expr::value(ast::Value::Number(
+                text.trim_start_matches('-').to_string(),
+                false,
+            ));
+            if text.starts_with('-') {
+                ast::Expr::UnaryOp {
+                    op: ast::UnaryOperator::Minus,
+                    expr: Box::new(num),
+                }
+            } else {
+                num
+            }
+        }
+        // Times as text PostgreSQL reads back (ISO 8601), not raw ticks, cast to
+        // the parameter's type: a typed parameter keeps its type, as in
+        // PostgreSQL (`generate_series($1, $2, '1 hour')` over timestamptz).
+        ScalarValue::TimestampSecond(..)
+        | ScalarValue::TimestampMillisecond(..)
+        | ScalarValue::TimestampMicrosecond(..)
+        | ScalarValue::TimestampNanosecond(..)
+        | ScalarValue::Date32(_)
+        | ScalarValue::Date64(_)
+        | ScalarValue::Time64Microsecond(_)
+        | ScalarValue::Time64Nanosecond(_) => {
+            let text = v
+                .to_array()
+                .ok()
+                .and_then(|a| arrow::util::display::array_value_to_string(&a, 0).ok())
+                .unwrap_or_else(|| v.to_string());
+            let ty = match v.data_type() {
+                DataType::Timestamp(_, Some(_)) => {
+                    ast::DataType::Timestamp(None, ast::TimezoneInfo::WithTimeZone)
+                }
+                DataType::Timestamp(_, None) => {
+                    ast::DataType::Timestamp(None, ast::TimezoneInfo::None)
+                }
+                DataType::Date32 | DataType::Date64 => ast::DataType::Date,
+                _ => ast::DataType::Time(None, ast::TimezoneInfo::None),
+            };
+            cast(ast::Expr::value(ast::Value::SingleQuotedString(text)), ty)
+        }
+        // fields as units every interval reader takes, exactly
+        ScalarValue::IntervalMonthDayNano(Some(i)) => cast(
+            ast::Expr::value(ast::Value::SingleQuotedString(format!(
+                "{} months {} days {} microseconds",
+                i.months,
+                i.days,
+                i.nanoseconds / 1000
+            ))),
+            ast::DataType::Interval {
+                fields: None,
+                precision: None,
+            },
+        ),
+        other => ast::Expr::value(ast::Value::SingleQuotedString(other.to_string())),
+    }
+}
+
 /// Puts bound parameter values into a statement Sundial runs itself, as the
 /// literals PostgreSQL would read for them (strings quoted, so they take the type
 /// of what they meet, as an untyped parameter does).
@@ -158,7 +244,6 @@ pub fn bind_placeholders(
     params: &datafusion::common::ParamValues,
 ) -> Result<ast::Statement> {
     use ast::VisitMut;
-    use datafusion::common::ScalarValue;
     let datafusion::common::ParamValues::List(list) = params else {
         return Err(Error::sql(
             "08P01",
@@ -173,86 +258,7 @@ pub fn bind_placeholders(
             missing = Some(i);
             return None;
         };
-        let v = &v.value;
-        Some(match v {
-            _ if v.is_null() => ast::Expr::value(ast::Value::Null),
-            ScalarValue::Boolean(Some(b)) => ast::Expr::value(ast::Value::Boolean(*b)),
-            ScalarValue::Int8(_)
-            | ScalarValue::Int16(_)
-            | ScalarValue::Int32(_)
-            | ScalarValue::Int64(_)
-            | ScalarValue::UInt8(_)
-            | ScalarValue::UInt16(_)
-            | ScalarValue::UInt32(_)
-            | ScalarValue::UInt64(_)
-            | ScalarValue::Float32(_)
-            | ScalarValue::Float64(_)
-            | ScalarValue::Decimal128(..)
-            | ScalarValue::Decimal256(..)
-                if v.to_string().parse::<f64>().is_ok_and(f64::is_finite) =>
-            {
-                let mut text = v.to_string();
-                if matches!(v, ScalarValue::Decimal256(..)) && text.contains('.') {
-                    // A numeric without typmod carries 38 fraction digits; the
-                    // value's own are enough (and keep the literal 128-bit).
-                    text = text.trim_end_matches('0').trim_end_matches('.').to_string();
-                }
-                let num = ast::Expr::value(ast::Value::Number(
-                    text.trim_start_matches('-').to_string(),
-                    false,
-                ));
-                if text.starts_with('-') {
-                    ast::Expr::UnaryOp {
-                        op: ast::UnaryOperator::Minus,
-                        expr: Box::new(num),
-                    }
-                } else {
-                    num
-                }
-            }
-            // Times as text PostgreSQL reads back (ISO 8601), not raw ticks, cast to
-            // the parameter's type: a typed parameter keeps its type, as in
-            // PostgreSQL (`generate_series($1, $2, '1 hour')` over timestamptz).
-            ScalarValue::TimestampSecond(..)
-            | ScalarValue::TimestampMillisecond(..)
-            | ScalarValue::TimestampMicrosecond(..)
-            | ScalarValue::TimestampNanosecond(..)
-            | ScalarValue::Date32(_)
-            | ScalarValue::Date64(_)
-            | ScalarValue::Time64Microsecond(_)
-            | ScalarValue::Time64Nanosecond(_) => {
-                let text = v
-                    .to_array()
-                    .ok()
-                    .and_then(|a| arrow::util::display::array_value_to_string(&a, 0).ok())
-                    .unwrap_or_else(|| v.to_string());
-                let ty = match v.data_type() {
-                    DataType::Timestamp(_, Some(_)) => {
-                        ast::DataType::Timestamp(None, ast::TimezoneInfo::WithTimeZone)
-                    }
-                    DataType::Timestamp(_, None) => {
-                        ast::DataType::Timestamp(None, ast::TimezoneInfo::None)
-                    }
-                    DataType::Date32 | DataType::Date64 => ast::DataType::Date,
-                    _ => ast::DataType::Time(None, ast::TimezoneInfo::None),
-                };
-                cast(ast::Expr::value(ast::Value::SingleQuotedString(text)), ty)
-            }
-            // fields as units every interval reader takes, exactly
-            ScalarValue::IntervalMonthDayNano(Some(i)) => cast(
-                ast::Expr::value(ast::Value::SingleQuotedString(format!(
-                    "{} months {} days {} microseconds",
-                    i.months,
-                    i.days,
-                    i.nanoseconds / 1000
-                ))),
-                ast::DataType::Interval {
-                    fields: None,
-                    precision: None,
-                },
-            ),
-            other => ast::Expr::value(ast::Value::SingleQuotedString(other.to_string())),
-        })
+        Some(value_literal(&v.value))
     }));
     if let Some(i) = missing {
         return Err(Error::sql("08P01", format!("there is no parameter ${i}")));

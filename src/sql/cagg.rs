@@ -1420,23 +1420,7 @@ fn flag(e: Option<&Expr>) -> bool {
 /// schedule_interval [, if_not_exists …])`: returns the job id.
 pub async fn add_policy(s: &Session, list: &[FunctionArg]) -> Result<i64> {
     const FUNC: &str = "add_continuous_aggregate_policy";
-    let a = named_args(
-        FUNC,
-        list,
-        &[
-            "continuous_aggregate",
-            "start_offset",
-            "end_offset",
-            "schedule_interval",
-            "if_not_exists",
-            "initial_start",
-            "timezone",
-            "include_tiered_data",
-            "buckets_per_batch",
-            "max_batches_per_execution",
-            "refresh_newest_first",
-        ],
-    )?;
+    let a = named_args(FUNC, list, super::signatures::params(FUNC))?;
     let view = a[0]
         .as_ref()
         .ok_or_else(|| Error::sql("42883", format!("{FUNC} needs a continuous aggregate")))

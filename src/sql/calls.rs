@@ -15,319 +15,13 @@ use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
 };
-use datafusion::sql::sqlparser::ast::{self, FunctionArg, FunctionArgExpr, Visit, Visitor};
+use datafusion::sql::sqlparser::ast::{self, FunctionArg, FunctionArgExpr};
 use futures::TryStreamExt;
 
+use super::signatures::{Ret, SPECS, Spec};
 use super::{Output, Session};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-
-/// What a management function returns, as TimescaleDB declares it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Ret {
-    /// `integer` (a job id).
-    Int4,
-    /// `boolean`.
-    Bool,
-    /// `void` (shown as an empty value).
-    Void,
-    /// `regclass` (a chunk's qualified name).
-    Regclass,
-    /// `SETOF text` / `SETOF regclass`: one row per chunk.
-    Set,
-}
-
-impl Ret {
-    fn data_type(self) -> DataType {
-        match self {
-            Ret::Int4 => DataType::Int32,
-            Ret::Bool => DataType::Boolean,
-            Ret::Void | Ret::Regclass => DataType::Utf8,
-            Ret::Set => DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
-        }
-    }
-
-    /// The type of the table function's one column.
-    fn column_type(self) -> DataType {
-        match self {
-            Ret::Set => DataType::Utf8,
-            other => other.data_type(),
-        }
-    }
-}
-
-/// A management function: its name, its parameters in order, what it returns.
-struct Spec {
-    name: &'static str,
-    params: &'static [&'static str],
-    ret: Ret,
-}
-
-const CHUNK_RANGE: &[&str] = &[
-    "relation",
-    "older_than",
-    "newer_than",
-    "verbose",
-    "created_before",
-    "created_after",
-];
-
-const SPECS: &[Spec] = &[
-    Spec {
-        name: "show_chunks",
-        params: &[
-            "relation",
-            "older_than",
-            "newer_than",
-            "created_before",
-            "created_after",
-        ],
-        ret: Ret::Set,
-    },
-    Spec {
-        name: "drop_chunks",
-        params: CHUNK_RANGE,
-        ret: Ret::Set,
-    },
-    Spec {
-        name: "add_retention_policy",
-        params: &[
-            "relation",
-            "drop_after",
-            "if_not_exists",
-            "schedule_interval",
-            "initial_start",
-            "timezone",
-            "drop_created_before",
-        ],
-        ret: Ret::Int4,
-    },
-    Spec {
-        name: "remove_retention_policy",
-        params: &["relation", "if_exists"],
-        ret: Ret::Void,
-    },
-    Spec {
-        name: "add_continuous_aggregate_policy",
-        params: &[
-            "continuous_aggregate",
-            "start_offset",
-            "end_offset",
-            "schedule_interval",
-            "if_not_exists",
-            "initial_start",
-            "timezone",
-            "include_tiered_data",
-            "buckets_per_batch",
-            "max_batches_per_execution",
-            "refresh_newest_first",
-        ],
-        ret: Ret::Int4,
-    },
-    Spec {
-        name: "remove_continuous_aggregate_policy",
-        params: &["continuous_aggregate", "if_not_exists", "if_exists"],
-        ret: Ret::Void,
-    },
-    Spec {
-        name: "add_compression_policy",
-        params: &[
-            "hypertable",
-            "compress_after",
-            "if_not_exists",
-            "schedule_interval",
-            "initial_start",
-            "timezone",
-            "compress_created_before",
-        ],
-        ret: Ret::Int4,
-    },
-    Spec {
-        name: "remove_compression_policy",
-        params: &["hypertable", "if_exists"],
-        ret: Ret::Bool,
-    },
-    Spec {
-        name: "compress_chunk",
-        params: &["uncompressed_chunk", "if_not_compressed", "recompress"],
-        ret: Ret::Regclass,
-    },
-    Spec {
-        name: "decompress_chunk",
-        params: &["uncompressed_chunk", "if_compressed"],
-        ret: Ret::Regclass,
-    },
-];
-
-fn spec(name: &str) -> Option<&'static Spec> {
-    SPECS.iter().find(|s| s.name.eq_ignore_ascii_case(name))
-}
-
-/// The function a call names, without a `public.` schema.
-fn called(name: &ast::ObjectName) -> Option<&'static Spec> {
-    let parts: Vec<String> = name
-        .0
-        .iter()
-        .filter_map(|p| p.as_ident().map(|i| i.value.to_ascii_lowercase()))
-        .collect();
-    match parts.as_slice() {
-        [n] => spec(n),
-        [schema, n] if schema == "public" => spec(n),
-        _ => None,
-    }
-}
-
-/// Whether `name` is one of the management functions that change something.
-fn writes(s: &Spec) -> bool {
-    s.name != "show_chunks"
-}
-
-/// Makes the arguments of a management call positional in its parameter order: a
-/// parameter not given is a NULL of no type, a NULL the caller wrote is a NULL of
-/// type text (so the call still tells the two apart). `None` when the call is not a
-/// management function's; an error for a parameter name it does not have.
-pub fn positional(name: &ast::ObjectName, args: &mut Vec<FunctionArg>) -> Result<()> {
-    let Some(spec) = called(name) else {
-        return Ok(());
-    };
-    let (pos, named) = super::args::split_args(args);
-    if pos.len() + named.len() != args.len() || pos.len() > spec.params.len() {
-        return Err(signature_error(spec));
-    }
-    let mut out: Vec<Option<ast::Expr>> = pos.into_iter().map(Some).collect();
-    out.resize(spec.params.len(), None);
-    for (n, e) in named {
-        let i = spec.params.iter().position(|p| *p == n).ok_or_else(|| {
-            Error::sql(
-                "42883",
-                format!("function {} has no parameter named \"{n}\"", spec.name),
-            )
-        })?;
-        out[i] = Some(e);
-    }
-    // Trailing parameters not given are left out.
-    while out.last().is_some_and(|e| e.is_none()) {
-        out.pop();
-    }
-    *args = out
-        .into_iter()
-        .map(|e| {
-            let e = match e {
-                Some(ast::Expr::Value(v)) if matches!(v.value, ast::Value::Null) => {
-                    ast::Expr::Cast {
-                        kind: ast::CastKind::Cast,
-                        expr: Box::new(ast::Expr::Value(v)),
-                        data_type: ast::DataType::Text,
-                        array: false,
-                        format: None,
-                    }
-                }
-                Some(e) => e,
-                None => ast::Expr::value(ast::Value::Null),
-            };
-            FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
-        })
-        .collect();
-    Ok(())
-}
-
-fn signature_error(spec: &Spec) -> Error {
-    Error::sql(
-        "42883",
-        format!(
-            "function {}({}) does not exist",
-            spec.name,
-            spec.params.join(", ")
-        ),
-    )
-}
-
-/// The select items that are set-returning management calls (`SELECT
-/// drop_chunks(…)`): one row per chunk, as `unnest` of the call's list.
-pub fn is_set_returning(name: &ast::ObjectName) -> bool {
-    called(name).is_some_and(|s| s.ret == Ret::Set)
-}
-
-/// Functions that read a hypertable's chunks or sizes (registered elsewhere).
-const READERS: [&str; 8] = [
-    "hypertable_size",
-    "approximate_row_count",
-    "hypertable_detailed_size",
-    "chunks_detailed_size",
-    "hypertable_compression_stats",
-    "hypertable_columnstore_stats",
-    "chunk_compression_stats",
-    "chunk_columnstore_stats",
-];
-
-/// Every management call in `stmt` that changes something: its name and its first
-/// argument when that is a literal (the table it changes).
-pub fn writing_calls(stmt: &ast::Statement) -> Vec<(&'static str, Option<String>)> {
-    management_calls(stmt)
-        .into_iter()
-        .filter(|(n, _)| spec(n).is_some_and(writes))
-        .collect()
-}
-
-/// Every management call in `stmt` (in any expression or FROM): its name and its
-/// first argument when that is a literal (the table it reads or changes).
-pub fn management_calls(stmt: &ast::Statement) -> Vec<(&'static str, Option<String>)> {
-    struct Calls(Vec<(&'static str, Option<String>)>);
-    impl Visitor for Calls {
-        type Break = ();
-        fn pre_visit_expr(&mut self, e: &ast::Expr) -> std::ops::ControlFlow<()> {
-            if let ast::Expr::Function(f) = e
-                && let ast::FunctionArguments::List(l) = &f.args
-            {
-                self.note(&f.name, &l.args);
-            }
-            std::ops::ControlFlow::Continue(())
-        }
-        fn pre_visit_table_factor(&mut self, tf: &ast::TableFactor) -> std::ops::ControlFlow<()> {
-            if let ast::TableFactor::Table {
-                name,
-                args: Some(a),
-                ..
-            } = tf
-            {
-                self.note(name, &a.args);
-            }
-            std::ops::ControlFlow::Continue(())
-        }
-    }
-    impl Calls {
-        fn note(&mut self, name: &ast::ObjectName, args: &[FunctionArg]) {
-            let parts: Vec<String> = name
-                .0
-                .iter()
-                .filter_map(|p| p.as_ident().map(|i| i.value.to_ascii_lowercase()))
-                .collect();
-            let reader = match parts.as_slice() {
-                [n] => READERS.iter().find(|r| *r == n),
-                [schema, n] if schema == "public" => READERS.iter().find(|r| *r == n),
-                _ => None,
-            };
-            if let Some(name) = called(name).map(|s| s.name).or(reader.copied()) {
-                let first = args.first().and_then(|a| match a {
-                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
-                    | FunctionArg::Named {
-                        arg: FunctionArgExpr::Expr(e),
-                        ..
-                    }
-                    | FunctionArg::ExprNamed {
-                        arg: FunctionArgExpr::Expr(e),
-                        ..
-                    } => super::args::literal_text(e),
-                    _ => None,
-                });
-                self.0.push((name, first));
-            }
-        }
-    }
-    let mut c = Calls(vec![]);
-    let _ = stmt.visit(&mut c);
-    c.0
-}
 
 /// Who a call runs as: the engine, the database and the role of the calling session.
 #[derive(Debug, Clone)]
@@ -405,97 +99,33 @@ fn table_schema(spec: &Spec) -> SchemaRef {
     )]))
 }
 
-/// An argument value as the literal the management code reads.
+/// An argument value as the literal the management code reads: intervals in
+/// PostgreSQL's text (which policy configs show), everything else as a bound
+/// parameter's literal.
 fn literal(v: &ScalarValue) -> Result<ast::Expr> {
-    let text = |s: String| ast::Expr::value(ast::Value::SingleQuotedString(s));
-    let cast = |s: String, data_type: ast::DataType| ast::Expr::Cast {
-        kind: ast::CastKind::Cast,
-        expr: Box::new(text(s)),
-        data_type,
-        array: false,
-        format: None,
-    };
-    if v.is_null() {
-        return Ok(ast::Expr::value(ast::Value::Null));
+    if matches!(
+        v,
+        ScalarValue::IntervalMonthDayNano(Some(_))
+            | ScalarValue::IntervalDayTime(Some(_))
+            | ScalarValue::IntervalYearMonth(Some(_))
+    ) {
+        let ScalarValue::IntervalMonthDayNano(Some(iv)) = v.cast_to(&DataType::Interval(
+            arrow::datatypes::IntervalUnit::MonthDayNano,
+        ))?
+        else {
+            return Err(Error::Internal("interval argument".into()));
+        };
+        return Ok(ast::Expr::Interval(ast::Interval {
+            value: Box::new(ast::Expr::value(ast::Value::SingleQuotedString(
+                super::functions::pgtext::interval(iv.months, iv.days, iv.nanoseconds / 1000),
+            ))),
+            leading_field: None,
+            leading_precision: None,
+            last_field: None,
+            fractional_seconds_precision: None,
+        }));
     }
-    Ok(match v {
-        ScalarValue::Utf8(Some(s))
-        | ScalarValue::Utf8View(Some(s))
-        | ScalarValue::LargeUtf8(Some(s)) => text(s.clone()),
-        ScalarValue::Boolean(Some(b)) => ast::Expr::value(ast::Value::Boolean(*b)),
-        ScalarValue::Int8(_)
-        | ScalarValue::Int16(_)
-        | ScalarValue::Int32(_)
-        | ScalarValue::Int64(_)
-        | ScalarValue::UInt8(_)
-        | ScalarValue::UInt16(_)
-        | ScalarValue::UInt32(_)
-        | ScalarValue::UInt64(_)
-        | ScalarValue::Decimal128(..)
-        | ScalarValue::Decimal256(..)
-        | ScalarValue::Float32(_)
-        | ScalarValue::Float64(_) => ast::Expr::value(ast::Value::Number(v.to_string(), false)),
-        ScalarValue::IntervalMonthDayNano(_)
-        | ScalarValue::IntervalDayTime(_)
-        | ScalarValue::IntervalYearMonth(_) => {
-            let ScalarValue::IntervalMonthDayNano(Some(iv)) = v.cast_to(&DataType::Interval(
-                arrow::datatypes::IntervalUnit::MonthDayNano,
-            ))?
-            else {
-                return Err(Error::Internal("interval argument".into()));
-            };
-            ast::Expr::Interval(ast::Interval {
-                value: Box::new(text(super::functions::pgtext::interval(
-                    iv.months,
-                    iv.days,
-                    iv.nanoseconds / 1000,
-                ))),
-                leading_field: None,
-                leading_precision: None,
-                last_field: None,
-                fractional_seconds_precision: None,
-            })
-        }
-        ScalarValue::TimestampSecond(..)
-        | ScalarValue::TimestampMillisecond(..)
-        | ScalarValue::TimestampMicrosecond(..)
-        | ScalarValue::TimestampNanosecond(..)
-        | ScalarValue::Date32(_)
-        | ScalarValue::Date64(_) => {
-            let dt = v.data_type();
-            let (ty, zoned) = match &dt {
-                DataType::Timestamp(_, Some(_)) => (
-                    ast::DataType::Timestamp(None, ast::TimezoneInfo::WithTimeZone),
-                    true,
-                ),
-                DataType::Timestamp(_, None) => (
-                    ast::DataType::Timestamp(None, ast::TimezoneInfo::None),
-                    false,
-                ),
-                _ => (ast::DataType::Date, false),
-            };
-            // RFC 3339 in UTC for a zoned value, the wall-clock text otherwise.
-            let utc = if zoned {
-                v.cast_to(&DataType::Timestamp(
-                    arrow::datatypes::TimeUnit::Microsecond,
-                    Some("UTC".into()),
-                ))?
-            } else {
-                v.clone()
-            };
-            let s = utc.cast_to(&DataType::Utf8)?.to_string();
-            cast(s, ty)
-        }
-        other => {
-            return Err(Error::sql(
-                "42804",
-                format!(
-                    "argument of type {} is not accepted by a management function",
-                    other.data_type()
-                ),
-            ));
-        }
-    })
+    Ok(super::args::value_literal(v))
 }
 
 /// A management function as an async scalar function (one call per row).
@@ -515,12 +145,6 @@ impl Eq for CallFn {}
 impl std::hash::Hash for CallFn {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         self.spec.name.hash(h)
-    }
-}
-
-impl std::fmt::Debug for Spec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name)
     }
 }
 
@@ -657,11 +281,6 @@ pub fn register(
             );
         }
     }
-}
-
-/// The names of the management functions that change something.
-pub fn writing_names() -> impl Iterator<Item = &'static str> {
-    SPECS.iter().filter(|s| writes(s)).map(|s| s.name)
 }
 
 #[cfg(test)]

@@ -436,19 +436,7 @@ fn now_micros() -> i64 {
 
 async fn add_retention_policy(s: &Session, args: &[FunctionArg]) -> Result<Output> {
     let name = "add_retention_policy";
-    let a = Args::new(
-        name,
-        args,
-        &[
-            "relation",
-            "drop_after",
-            "if_not_exists",
-            "schedule_interval",
-            "initial_start",
-            "timezone",
-            "drop_created_before",
-        ],
-    )?;
+    let a = Args::new(name, args, super::signatures::params(name))?;
     let table = relation(s, name, a.get(0))?;
     if a.get(6).is_some() {
         return Err(Error::NotSupported(

@@ -313,15 +313,7 @@ async fn add_policy(s: &Session, func: &str, fargs: &[FunctionArg]) -> Result<Ou
             "created_before",
         ]
     } else {
-        &[
-            "hypertable",
-            "compress_after",
-            "if_not_exists",
-            "schedule_interval",
-            "initial_start",
-            "timezone",
-            "compress_created_before",
-        ]
+        super::signatures::params("add_compression_policy")
     };
     let a = Args::new(func, fargs, names)?;
     let t = relation(s, func, a.get(0))?;

@@ -28,6 +28,7 @@ pub mod prepass;
 pub mod roles;
 pub mod schedule;
 pub mod session;
+pub mod signatures;
 pub mod tx;
 pub mod update;
 pub mod upsert;
@@ -150,7 +151,7 @@ impl Step {
                     && !ddl::FUNCTIONS
                         .iter()
                         .copied()
-                        .chain(calls::writing_names())
+                        .chain(signatures::writing_names())
                         .any(|f| text.contains(f))
             }
             Step::Statement(_) | Step::Insert(..) => false,
@@ -363,7 +364,7 @@ impl VisitorMut for Normalize {
             args: Some(targs),
             ..
         } = tf
-            && let Err(e) = calls::positional(name, &mut targs.args)
+            && let Err(e) = signatures::positional(name, &mut targs.args)
         {
             self.error = Some(e);
             return ControlFlow::Break(());
@@ -375,7 +376,7 @@ impl VisitorMut for Normalize {
     fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
         if let ast::Expr::Function(f) = expr
             && let ast::FunctionArguments::List(list) = &mut f.args
-            && let Err(e) = calls::positional(&f.name, &mut list.args)
+            && let Err(e) = signatures::positional(&f.name, &mut list.args)
         {
             self.error = Some(e);
             return ControlFlow::Break(());
@@ -1070,7 +1071,7 @@ impl Session {
         if !self.staging.in_block() {
             return Ok(());
         }
-        for (name, table) in calls::writing_calls(stmt) {
+        for (name, table) in signatures::writing_calls(stmt) {
             if !table.is_some_and(|t| self.is_created_in_block(&t.to_ascii_lowercase())) {
                 self.check_ddl_in_block(name)?;
             }

@@ -1299,7 +1299,7 @@ pub fn set_returning_items(sel: &mut ast::Select) {
         };
         let (set, array) = if ident_eq(name, "generate_series") {
             ("generate_series".to_string(), None)
-        } else if crate::sql::calls::is_set_returning(&f.name) {
+        } else if crate::sql::signatures::is_set_returning(&f.name) {
             // show_chunks / drop_chunks: one row per chunk.
             (name.value.to_ascii_lowercase(), None)
         } else if ident_eq(name, "regexp_matches") {
