@@ -183,18 +183,8 @@ pub fn is_read_only(name: &str) -> bool {
 pub async fn call(s: &Session, name: &str, args: &[FunctionArg]) -> Result<Output> {
     match name {
         "show_chunks" | "drop_chunks" => {
-            let a = Args::new(
-                name,
-                args,
-                &[
-                    "relation",
-                    "older_than",
-                    "newer_than",
-                    "verbose",
-                    "created_before",
-                    "created_after",
-                ],
-            )?;
+            // Read by drop_chunks' positions (show_chunks' calls arrive named).
+            let a = Args::new(name, args, super::signatures::params("drop_chunks"))?;
             let table = relation(s, name, a.get(0))?;
             if a.get(4).is_some() || a.get(5).is_some() {
                 return Err(Error::NotSupported(
@@ -235,7 +225,7 @@ pub async fn call(s: &Session, name: &str, args: &[FunctionArg]) -> Result<Outpu
             text_column(name, vec![String::new()])
         }
         "remove_retention_policy" => {
-            let a = Args::new(name, args, &["relation", "if_exists"])?;
+            let a = Args::new(name, args, super::signatures::params(name))?;
             let table = relation(s, name, a.get(0))?;
             let if_exists = a
                 .get(1)
