@@ -7,6 +7,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod interval;
+pub mod json;
 pub mod lineproto;
 pub mod loadgen;
 pub mod metrics;

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::datatypes::{Schema, SchemaRef};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
@@ -305,7 +305,7 @@ impl TableDef {
         Arc::new(Schema::new(
             self.columns
                 .iter()
-                .map(|c| Field::new(&c.name, c.sql_type.to_arrow(), c.nullable))
+                .map(|c| c.sql_type.field(&c.name, c.nullable))
                 .collect::<Vec<_>>(),
         ))
     }

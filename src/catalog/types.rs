@@ -58,6 +58,10 @@ pub enum SqlType {
     Date,
     Timestamp,
     Timestamptz,
+    /// `json`: the input text as written (Arrow text, [`crate::json::Kind`]).
+    Json,
+    /// `jsonb`: normalized JSON text (Arrow text, [`crate::json::Kind`]).
+    Jsonb,
 }
 
 impl SqlType {
@@ -72,7 +76,7 @@ impl SqlType {
             SqlType::Float8 => DataType::Float64,
             SqlType::Numeric(p, s) => numeric_type(*p, *s),
             SqlType::NumericAny => ANY_NUMERIC,
-            SqlType::Text | SqlType::Varchar(_) => DataType::Utf8,
+            SqlType::Text | SqlType::Varchar(_) | SqlType::Json | SqlType::Jsonb => DataType::Utf8,
             SqlType::Bytea => DataType::Binary,
             SqlType::Date => DataType::Date32,
             SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
@@ -82,7 +86,24 @@ impl SqlType {
         }
     }
 
-    /// Whether the column can be a hypertable's partitioning column.
+    /// The JSON kind of a `json` or `jsonb` column.
+    pub fn json(&self) -> Option<crate::json::Kind> {
+        match self {
+            SqlType::Json => Some(crate::json::Kind::Json),
+            SqlType::Jsonb => Some(crate::json::Kind::Jsonb),
+            _ => None,
+        }
+    }
+
+    /// The Arrow field of a column of this type (`json` and `jsonb` carry their
+    /// kind in the field's metadata).
+    pub fn field(&self, name: &str, nullable: bool) -> arrow::datatypes::Field {
+        match self.json() {
+            Some(kind) => kind.field(name, nullable),
+            None => arrow::datatypes::Field::new(name, self.to_arrow(), nullable),
+        }
+    }
+
     /// The type whose Arrow form is `dt`, when there is one (the inverse of
     /// [`SqlType::to_arrow`]).
     pub fn from_arrow(dt: &DataType) -> Option<SqlType> {
@@ -169,6 +190,8 @@ impl SqlType {
                 SqlType::Varchar(num(0)?.map(|n| n.max(0) as u32))
             }
             "bytea" => SqlType::Bytea,
+            "json" => SqlType::Json,
+            "jsonb" => SqlType::Jsonb,
             "date" => SqlType::Date,
             "timestamp" | "timestamp without time zone" => SqlType::Timestamp,
             "timestamptz" | "timestamp with time zone" => SqlType::Timestamptz,
@@ -195,6 +218,8 @@ impl SqlType {
             SqlType::Varchar(None) => "character varying".into(),
             SqlType::Varchar(Some(n)) => format!("character varying({n})"),
             SqlType::Bytea => "bytea".into(),
+            SqlType::Json => "json".into(),
+            SqlType::Jsonb => "jsonb".into(),
             SqlType::Date => "date".into(),
             SqlType::Timestamp => "timestamp without time zone".into(),
             SqlType::Timestamptz => "timestamp with time zone".into(),
@@ -217,6 +242,8 @@ impl From<SqlType> for String {
             SqlType::Varchar(None) => "varchar".into(),
             SqlType::Varchar(Some(n)) => format!("varchar({n})"),
             SqlType::Bytea => "bytea".into(),
+            SqlType::Json => "json".into(),
+            SqlType::Jsonb => "jsonb".into(),
             SqlType::Date => "date".into(),
             SqlType::Timestamp => "timestamp".into(),
             SqlType::Timestamptz => "timestamptz".into(),

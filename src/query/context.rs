@@ -37,6 +37,9 @@ pub struct PgParts {
     pub types: Arc<dyn datafusion::logical_expr::planner::TypePlanner>,
     /// Plans the SQL layer's logical nodes too (gap filling): a [`Planner`].
     pub planner: Arc<dyn QueryPlanner + Send + Sync>,
+    /// Operators planned where their operand types are known (JSON's), after
+    /// DataFusion's own.
+    pub operators: Vec<Arc<dyn datafusion::logical_expr::planner::ExprPlanner>>,
 }
 
 /// DataFusion's physical planner with the SQL layer's extension planners.
@@ -79,7 +82,7 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContex
         .cloned()
         .chain(Analyzer::new().rules)
         .collect();
-    let state = SessionStateBuilder::new()
+    let mut state = SessionStateBuilder::new()
         .with_config(cfg)
         .with_runtime_env(engine.runtime().clone())
         .with_default_features()
@@ -92,6 +95,11 @@ pub fn new_context(engine: &Arc<Engine>, db: &str, pg: PgParts) -> SessionContex
         .with_optimizer_rule(Arc::new(super::stats_answers::StatsAnswers))
         .with_physical_optimizer_rules(physical_rules())
         .build();
+    for p in &pg.operators {
+        // Appending to the planners cannot fail.
+        let _ =
+            datafusion::execution::FunctionRegistry::register_expr_planner(&mut state, p.clone());
+    }
     let ctx = SessionContext::new_with_state(state);
     ctx.register_catalog(
         db,

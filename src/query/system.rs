@@ -465,7 +465,7 @@ fn jobs_schema() -> Schema {
         text("owner"),
         Field::new("scheduled", DataType::Boolean, false),
         Field::new("fixed_schedule", DataType::Boolean, false),
-        text("config"),
+        crate::json::Kind::Jsonb.field("config", true),
         Field::new("next_start", tstz(), true),
         Field::new("initial_start", tstz(), true),
         name("hypertable_schema"),

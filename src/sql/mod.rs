@@ -992,6 +992,7 @@ impl Session {
             planner: Arc::new(crate::query::context::Planner(vec![Arc::new(
                 gapfill::GapFillPlanner,
             )])),
+            operators: vec![Arc::new(functions::json::JsonOperators)],
         };
         let ctx = crate::query::context::new_context(&engine, db, pg);
         views.attach(ctx.state_weak_ref());

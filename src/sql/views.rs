@@ -154,7 +154,7 @@ pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
                 .schema()
                 .fields()
                 .iter()
-                .map(|f| super::pg_catalog::arrow_type_oid(f.data_type()))
+                .map(|f| super::pg_catalog::field_type_oid(f))
                 .collect(),
             cagg: None,
         },

@@ -489,6 +489,7 @@ pub fn validate(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
         };
         let col = match table.columns.get(i).map(|c| &c.sql_type) {
             Some(crate::catalog::SqlType::Varchar(Some(n))) => limit_length(&col, *n as usize)?,
+            Some(t) if t.json().is_some() => json_input(&col, t.json())?,
             _ => col,
         };
         let must = !f.is_nullable() || table.time_column.as_deref() == Some(f.name().as_str());
@@ -505,6 +506,22 @@ pub fn validate(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
         cols.push(col);
     }
     Ok(RecordBatch::try_new(schema, cols)?)
+}
+
+/// `json` and `jsonb` columns take text that parses as JSON (22P02 otherwise);
+/// `jsonb` keeps it normalized, as PostgreSQL stores it.
+fn json_input(
+    col: &arrow::array::ArrayRef,
+    kind: Option<crate::json::Kind>,
+) -> Result<arrow::array::ArrayRef> {
+    let (Some(arr), Some(kind)) = (col.as_string_opt::<i32>(), kind) else {
+        return Ok(col.clone());
+    };
+    let out: arrow::array::StringArray = arr
+        .iter()
+        .map(|v| v.map(|v| kind.input(v)).transpose())
+        .collect::<Result<_>>()?;
+    Ok(Arc::new(out))
 }
 
 /// `character varying(n)`: longer values fail (22001) unless what is past `n`

@@ -13,6 +13,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("metrics", 0),
     ("interval", 0),
     ("numeric_text", 0),
+    ("json", 0),
     ("pgident", 0),
     ("catalog", 1),
     ("wal", 2),

@@ -13,6 +13,7 @@ mod gapfill;
 mod harness;
 mod hostile;
 mod influx;
+mod json;
 mod lastpoint;
 mod layers;
 mod migrations;

@@ -64,7 +64,7 @@ pub fn frontend(data: &[u8]) {
                         )
                     })
                     .collect();
-                let _ = super::params::decode(&portal, &types);
+                let _ = super::params::decode(&portal, &types, &[]);
             }
             _ => {}
         }

@@ -387,6 +387,15 @@ fn fields_for(schema: &SchemaRef, format: &Format) -> PgWireResult<Vec<FieldInfo
     // Columns described as another PostgreSQL type than Arrow's names (`name` for a
     // text column), with the same values in both formats.
     for (info, f) in fields.iter_mut().zip(schema.fields()) {
+        let ty = match crate::json::Kind::of(f) {
+            Some(crate::json::Kind::Json) => Some(pgwire::api::Type::JSON),
+            Some(crate::json::Kind::Jsonb) => Some(pgwire::api::Type::JSONB),
+            None => None,
+        };
+        if let Some(ty) = ty {
+            *info = FieldInfo::new(info.name().to_string(), None, None, ty, info.format());
+            continue;
+        }
         let ty = match f
             .metadata()
             .get(crate::query::system::PG_TYPE_KEY)
@@ -1005,6 +1014,35 @@ fn param_types(stmt: &Stmt) -> Vec<Option<DataType>> {
     out
 }
 
+/// The JSON kind of each `$n` a plan types as `json` or `jsonb` (a value for a
+/// JSON column): described to the client as such, and read as such in binary.
+fn param_kinds(stmt: &Stmt) -> Vec<Option<crate::json::Kind>> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::Expr;
+    let Prepared::Plan { plan, .. } = &stmt.prepared else {
+        return vec![];
+    };
+    let mut out: Vec<Option<crate::json::Kind>> = vec![];
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::Placeholder(ph) = e
+                    && let Some(kind) = ph.field.as_deref().and_then(crate::json::Kind::of)
+                    && let Ok(i) = ph.id.trim_start_matches('$').parse::<usize>()
+                    && i >= 1
+                {
+                    if out.len() < i {
+                        out.resize(i, None);
+                    }
+                    out[i - 1].get_or_insert(kind);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    out
+}
+
 /// Every `$n` of a plan with the first type found for it. (DataFusion's
 /// `get_parameter_types` fails when two uses infer different types and forgets a type
 /// when a later use has none; a statement then seemed to have no parameters.)
@@ -1084,11 +1122,15 @@ impl QueryParser for Parser {
     }
 
     fn get_parameter_types(&self, stmt: &Stmt) -> PgWireResult<Vec<Type>> {
+        let kinds = param_kinds(stmt);
         param_types(stmt)
             .iter()
-            .map(|t| match t {
-                Some(dt) => into_pg_type(&named_type(dt)),
-                None => Ok(Type::TEXT),
+            .enumerate()
+            .map(|(i, t)| match (kinds.get(i).copied().flatten(), t) {
+                (Some(crate::json::Kind::Json), _) => Ok(Type::JSON),
+                (Some(crate::json::Kind::Jsonb), _) => Ok(Type::JSONB),
+                (None, Some(dt)) => into_pg_type(&named_type(dt)),
+                (None, None) => Ok(Type::TEXT),
             })
             .collect()
     }
@@ -1408,7 +1450,8 @@ impl ExtendedQueryHandler for Handler {
                     ),
                 )));
             }
-            let values = params::decode(portal, &types)?;
+            let kinds = param_kinds(&portal.statement.statement);
+            let values = params::decode(portal, &types, &kinds)?;
             Some(coerce_params(values, &types).map_err(to_pg)?)
         };
         let started = std::time::Instant::now();

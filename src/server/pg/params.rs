@@ -23,13 +23,18 @@ enum Own {
     Numeric { wide: bool, p: u8, s: i8 },
     /// A NULL nothing types (psycopg's `None`): arrow-pg would drop it from the list.
     UntypedNull,
+    /// A `json` or `jsonb` value, as its text (binary `jsonb` starts with a version
+    /// byte, 1).
+    Json,
 }
 
 /// The portal's parameters as DataFusion values for the plan's `types`.
 pub fn decode<S: Clone>(
     portal: &Portal<S>,
     types: &[Option<DataType>],
+    kinds: &[Option<crate::json::Kind>],
 ) -> PgWireResult<ParamValues> {
+    let kind = |i: usize| kinds.get(i).copied().flatten();
     let own: Vec<(usize, Own)> = (0..portal.parameter_len())
         .filter_map(|i| {
             let hint = portal.statement.parameter_types.get(i).cloned().flatten();
@@ -41,6 +46,8 @@ pub fn decode<S: Clone>(
                 (None | Some(Type::NUMERIC), Some(DataType::Decimal256(p, s))) => {
                     Some((i, Own::Numeric { wide: true, p, s }))
                 }
+                (Some(Type::JSON | Type::JSONB), _) => Some((i, Own::Json)),
+                (None, _) if kind(i).is_some() => Some((i, Own::Json)),
                 (None, None) if portal.parameters.get(i).is_some_and(Option::is_none) => {
                     Some((i, Own::UntypedNull))
                 }
@@ -68,7 +75,7 @@ pub fn decode<S: Clone>(
     let mut parameters = portal.parameters.clone();
     for (i, how) in &own {
         parameters[*i] = match how {
-            Own::Numeric { .. } => None,
+            Own::Numeric { .. } | Own::Json => None,
             Own::UntypedNull => Some(bytes::Bytes::new()),
         };
     }
@@ -94,6 +101,39 @@ pub fn decode<S: Clone>(
     for (i, how) in own {
         let value = match how {
             Own::UntypedNull => ScalarValue::Utf8(None),
+            Own::Json => {
+                let binary = portal.parameter_format.format_for(i) == FieldFormat::Binary;
+                let text = match &portal.parameters[i] {
+                    None => None,
+                    Some(bytes) => {
+                        let hint = portal.statement.parameter_types.get(i).cloned().flatten();
+                        let jsonb = hint == Some(Type::JSONB)
+                            || (hint.is_none() || hint == Some(Type::UNKNOWN))
+                                && kind(i) == Some(crate::json::Kind::Jsonb);
+                        let body = match bytes.split_first() {
+                            Some((1, rest)) if binary && jsonb => rest,
+                            Some(_) if binary && jsonb => {
+                                return Err(super::to_pg(Error::sql(
+                                    "22P03",
+                                    "unsupported jsonb version number",
+                                )));
+                            }
+                            _ => bytes.as_ref(),
+                        };
+                        Some(
+                            std::str::from_utf8(body)
+                                .map_err(|_| {
+                                    super::to_pg(Error::sql(
+                                        "22021",
+                                        "invalid byte sequence for encoding \"UTF8\"",
+                                    ))
+                                })?
+                                .to_string(),
+                        )
+                    }
+                };
+                ScalarValue::Utf8(text)
+            }
             Own::Numeric { wide, p, s } => {
                 let value = match &portal.parameters[i] {
                     None => None,

@@ -5,6 +5,7 @@
 pub mod format;
 pub mod histogram;
 pub mod interval_avg;
+pub mod json;
 pub mod limits;
 pub mod numeric;
 pub mod ordered_set;
@@ -243,6 +244,7 @@ pub fn register(ctx: &SessionContext, db: &str, pid: i32, settings: Settings) {
     interval_avg::register(ctx);
     limits::register(ctx);
     string_agg::register(ctx);
+    json::register(ctx, settings.clone());
     ctx.register_udtf(
         "generate_series",
         Arc::new(series::Series::generate_series()),

@@ -385,9 +385,13 @@ impl ScalarUDFImpl for PgTypeof {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let f = &args.arg_fields[0];
         // A value described as another PostgreSQL type than its Arrow type names.
-        let name = match f.metadata().get(crate::query::system::PG_TYPE_KEY) {
-            Some(t) => t.clone().into(),
-            None => pg_type_name(f.data_type()),
+        let name = match (
+            crate::json::Kind::of(f),
+            f.metadata().get(crate::query::system::PG_TYPE_KEY),
+        ) {
+            (Some(kind), _) => kind.pg_name().into(),
+            (None, Some(t)) => t.clone().into(),
+            (None, None) => pg_type_name(f.data_type()),
         };
         Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
             name.into_owned(),

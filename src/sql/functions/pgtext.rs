@@ -49,31 +49,38 @@ impl ScalarUDFImpl for PgText {
             .clone()
             .unwrap_or_else(|| "UTC".into());
         let arr = args.args[0].to_array(args.number_rows)?;
-        let arr = match arr.data_type() {
-            DataType::Timestamp(u, Some(_)) => {
-                arrow::compute::cast(&arr, &DataType::Timestamp(*u, Some(Arc::from(tz.as_str()))))?
-            }
-            _ => arr,
-        };
-        let out = match to_text(&args.arg_fields[0], &arr)? {
-            Some(a) => a,
-            None => match arr.data_type() {
-                DataType::Boolean => {
-                    let b = arr.as_boolean();
-                    Arc::new(StringArray::from(
-                        (0..b.len())
-                            .map(|i| {
-                                b.is_valid(i)
-                                    .then_some(if b.value(i) { "true" } else { "false" })
-                            })
-                            .collect::<Vec<_>>(),
-                    ))
-                }
-                _ => arrow::compute::cast(&arr, &DataType::Utf8)?,
-            },
-        };
+        let out = text_column(&args.arg_fields[0], &arr, &tz)?;
         super::columnar(out, scalar)
     }
+}
+
+/// PostgreSQL's text of every value of `arr` (field `f`), timestamps with time
+/// zone shown in zone `tz`.
+pub fn text_column(f: &arrow::datatypes::Field, arr: &ArrayRef, tz: &str) -> Result<ArrayRef> {
+    let arr = match arr.data_type() {
+        DataType::Timestamp(u, Some(_)) => {
+            arrow::compute::cast(arr, &DataType::Timestamp(*u, Some(Arc::from(tz))))?
+        }
+        _ => arr.clone(),
+    };
+    let out = match to_text(f, &arr)? {
+        Some(a) => a,
+        None => match arr.data_type() {
+            DataType::Boolean => {
+                let b = arr.as_boolean();
+                Arc::new(StringArray::from(
+                    (0..b.len())
+                        .map(|i| {
+                            b.is_valid(i)
+                                .then_some(if b.value(i) { "true" } else { "false" })
+                        })
+                        .collect::<Vec<_>>(),
+                ))
+            }
+            _ => arrow::compute::cast(&arr, &DataType::Utf8)?,
+        },
+    };
+    Ok(out)
 }
 
 /// The precision passed to Arrow's decimal formatting, which cuts digits past it:
@@ -185,6 +192,22 @@ fn trims(f: &arrow::datatypes::Field) -> bool {
 /// `numeric` without a typmod, so binary results equal the text ones: `100`, not
 /// `100.0000000000`). The encoder writes the bytes as they are.
 fn to_binary(f: &arrow::datatypes::Field, c: &ArrayRef) -> Option<ArrayRef> {
+    if crate::json::Kind::of(f) == Some(crate::json::Kind::Jsonb) {
+        // PostgreSQL's binary jsonb: a version byte (1), then the text.
+        let out: arrow::array::BinaryArray = c
+            .as_string_opt::<i32>()?
+            .iter()
+            .map(|v| {
+                v.map(|v| {
+                    let mut b = Vec::with_capacity(v.len() + 1);
+                    b.push(1u8);
+                    b.extend_from_slice(v.as_bytes());
+                    b
+                })
+            })
+            .collect();
+        return Some(Arc::new(out));
+    }
     if let DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano) = c.data_type() {
         // PostgreSQL's binary interval: microseconds, days, months (arrow-pg's own
         // encoder wrote NULL as a zero interval).

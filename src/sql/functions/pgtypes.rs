@@ -39,7 +39,7 @@ impl TypePlanner for PgTypes {
             ast::DataType::Numeric(info) | ast::DataType::Decimal(info) => {
                 numeric(info).map(|t| Arc::new(Field::new("", t, true)))
             }
-            _ => None,
+            t => super::json::type_field(t),
         })
     }
 }

@@ -808,59 +808,6 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
             Ok(Arc::new(out))
         },
     ));
-    // json_build_object / jsonb_build_object: numbers and booleans stay JSON
-    // numbers and booleans; jsonb prints `"k": v`, its keys sorted (shorter
-    // first) with the last duplicate winning, as PostgreSQL stores them.
-    let json = |a: &[ArrayRef], n: usize, binary: bool| -> Result<ArrayRef> {
-        let cols = a.iter().map(strs).collect::<Result<Vec<_>>>()?;
-        let bare: Vec<bool> = a
-            .iter()
-            .map(|c| c.data_type().is_numeric() || c.data_type() == &DataType::Boolean)
-            .collect();
-        let out: StringArray = (0..n)
-            .map(|i| {
-                let mut pairs: Vec<(String, String)> = cols
-                    .chunks(2)
-                    .enumerate()
-                    .map(|(k, kv)| {
-                        let key = kv[0][i].clone().unwrap_or_default();
-                        let v = kv.get(1).and_then(|c| c[i].clone());
-                        let value = match v {
-                            None => "null".to_string(),
-                            Some(v) if bare[2 * k + 1] && v != "NaN" && !v.contains("inf") => v,
-                            Some(v) => json_string(&v),
-                        };
-                        (key, value)
-                    })
-                    .collect();
-                let sep = if binary { ": " } else { " : " };
-                if binary {
-                    pairs.reverse();
-                    let mut seen = std::collections::HashSet::new();
-                    pairs.retain(|(k, _)| seen.insert(k.clone()));
-                    pairs.sort_by(|(a, _), (b, _)| (a.len(), a).cmp(&(b.len(), b)));
-                }
-                let parts: Vec<String> = pairs
-                    .into_iter()
-                    .map(|(k, v)| format!("{}{sep}{v}", json_string(&k)))
-                    .collect();
-                Some(format!("{{{}}}", parts.join(", ")))
-            })
-            .collect();
-        Ok(Arc::new(out))
-    };
-    let json = Arc::new(json);
-    for (name, binary) in [("json_build_object", false), ("jsonb_build_object", true)] {
-        let json = json.clone();
-        fns.push(udf(
-            name,
-            &[A, A, A, A, A, A, A, A, A, A, A, A, A, A, A, A, A, A, A, A],
-            0,
-            Utf8,
-            Volatility::Stable,
-            move |a, n| json(a, n, binary),
-        ));
-    }
     fns.push(always_bool("pg_is_in_recovery", &[], 0, false));
     fns.push(udf(
         "getdatabaseencoding",
@@ -918,22 +865,6 @@ fn like_pattern(p: &str, esc: Option<char>) -> String {
             out.push(c);
         }
     }
-    out
-}
-
-/// A JSON string literal.
-fn json_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
     out
 }
 

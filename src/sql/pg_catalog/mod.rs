@@ -282,9 +282,21 @@ pub fn sql_type_oid(t: &SqlType) -> (i32, i32) {
                 .unwrap_or(-1),
         ),
         SqlType::Bytea => (17, -1),
+        SqlType::Json => (114, -1),
+        SqlType::Jsonb => (3802, -1),
         SqlType::Date => (1082, -1),
         SqlType::Timestamp => (1114, -1),
         SqlType::Timestamptz => (1184, -1),
+    }
+}
+
+/// The PostgreSQL type oid of a column of a view or query: `json` and `jsonb` by
+/// the field's kind, else by its Arrow type.
+pub fn field_type_oid(f: &arrow::datatypes::Field) -> i32 {
+    match crate::json::Kind::of(f) {
+        Some(crate::json::Kind::Json) => 114,
+        Some(crate::json::Kind::Jsonb) => 3802,
+        None => arrow_type_oid(f.data_type()),
     }
 }
 
@@ -303,12 +315,10 @@ pub fn arrow_type_oid(dt: &DataType) -> i32 {
         DataType::Timestamp(_, Some(_)) => 1184,
         DataType::Timestamp(_, None) => 1114,
         DataType::Interval(_) | DataType::Duration(_) => 1186,
-        DataType::List(f) | DataType::LargeList(f) => {
-            type_by_oid(i64::from(arrow_type_oid(f.data_type())))
-                .map(|t| t.array)
-                .filter(|a| *a != 0)
-                .unwrap_or(1009)
-        }
+        DataType::List(f) | DataType::LargeList(f) => type_by_oid(i64::from(field_type_oid(f)))
+            .map(|t| t.array)
+            .filter(|a| *a != 0)
+            .unwrap_or(1009),
         _ => 25,
     }
 }
@@ -511,7 +521,7 @@ fn rel_of_schema(oid: i32, name: &str, ns: i32, schema: &Schema) -> Rel {
             .iter()
             .map(|f| Att {
                 name: f.name().clone(),
-                type_oid: arrow_type_oid(f.data_type()),
+                type_oid: field_type_oid(f),
                 typmod: -1,
                 notnull: false,
                 default: None,

@@ -117,6 +117,10 @@ pub fn table_factor(tf: &mut TableFactor) {
         return;
     }
     let constant_args = exprs.iter().all(is_constant_bound);
+    // jsonb_each and its kin over a constant: planned as they are.
+    if crate::sql::functions::json::TABLE_FUNCTIONS.contains(&fname.as_str()) && constant_args {
+        return;
+    }
     if fname == "unnest" {
         *tf = TableFactor::UNNEST {
             alias: Some(alias_with_column(alias.take(), "unnest")),
