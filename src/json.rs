@@ -519,12 +519,210 @@ impl Node {
     }
 }
 
+/// PostgreSQL's `jsonb` ordering (of normalized values): object > array >
+/// boolean > number > string > null; objects by their number of pairs, arrays by
+/// their length, then member by member (keys in stored order, by bytes); numbers
+/// by value, strings by bytes (the `C` collation).
+pub fn compare(a: &Node, b: &Node) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    // A scalar at the top level is stored as a one-element array: against an
+    // array, the lengths decide, then the scalar is the smaller.
+    let scalar = |v: &Value| !matches!(v, Value::Arr(_) | Value::Obj(_));
+    match (&a.value, &b.value) {
+        (x, Value::Arr(y)) if scalar(x) => {
+            return 1.cmp(&y.len()).then(Ordering::Less);
+        }
+        (Value::Arr(x), y) if scalar(y) => {
+            return x.len().cmp(&1).then(Ordering::Greater);
+        }
+        _ => {}
+    }
+    compare_values(a, b)
+}
+
+fn compare_values(a: &Node, b: &Node) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    fn rank(v: &Value) -> u8 {
+        match v {
+            Value::Null => 0,
+            Value::Str(_) | Value::Raw(_) => 1,
+            Value::Num(_) => 2,
+            Value::Bool(_) => 3,
+            Value::Arr(_) => 4,
+            Value::Obj(_) => 5,
+        }
+    }
+    match (&a.value, &b.value) {
+        (Value::Obj(x), Value::Obj(y)) => x.len().cmp(&y.len()).then_with(|| {
+            for ((ka, va), (kb, vb)) in x.iter().zip(y) {
+                let o = ka
+                    .as_bytes()
+                    .cmp(kb.as_bytes())
+                    .then_with(|| compare_values(va, vb));
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            Ordering::Equal
+        }),
+        (Value::Arr(x), Value::Arr(y)) => x.len().cmp(&y.len()).then_with(|| {
+            for (va, vb) in x.iter().zip(y) {
+                let o = compare_values(va, vb);
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            Ordering::Equal
+        }),
+        (Value::Num(x), Value::Num(y)) => num_cmp(x, y),
+        (Value::Str(x), Value::Str(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        (x, y) => rank(x).cmp(&rank(y)),
+    }
+}
+
+/// Two numbers' texts by value, exactly (digit strings, no float rounding).
+fn num_cmp(x: &str, y: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let split = |s: &str| -> (bool, String, String) {
+        let t = numeric_text(s);
+        let (neg, t) = match t.strip_prefix('-') {
+            Some(r) => (true, r.to_string()),
+            None => (false, t),
+        };
+        let (i, f) = t.split_once('.').unwrap_or((&t, ""));
+        (
+            neg,
+            i.trim_start_matches('0').to_string(),
+            f.trim_end_matches('0').to_string(),
+        )
+    };
+    let (nx, ix, fx) = split(x);
+    let (ny, iy, fy) = split(y);
+    let zero = |i: &str, f: &str| i.is_empty() && f.is_empty();
+    let (nx, ny) = (nx && !zero(&ix, &fx), ny && !zero(&iy, &fy));
+    let mag = ix
+        .len()
+        .cmp(&iy.len())
+        .then_with(|| ix.cmp(&iy))
+        .then_with(|| fx.cmp(&fy));
+    match (nx, ny) {
+        (false, true) => Ordering::Greater,
+        (true, false) => Ordering::Less,
+        (true, true) => mag.reverse(),
+        (false, false) => mag,
+    }
+}
+
+/// `jsonb || jsonb`: objects merge (the right side's keys win), arrays
+/// concatenate, anything else becomes an array of both sides' elements.
+pub fn concat(a: &Node, b: &Node) -> Node {
+    let items = |n: &Node| match &n.value {
+        Value::Arr(items) => items.clone(),
+        _ => vec![n.clone()],
+    };
+    match (&a.value, &b.value) {
+        (Value::Obj(x), Value::Obj(y)) => {
+            let mut pairs = x.clone();
+            pairs.extend(y.iter().cloned());
+            Node::from(Value::Obj(pairs)).normalized()
+        }
+        _ => {
+            let mut all = items(a);
+            all.extend(items(b));
+            Node::from(Value::Arr(all))
+        }
+    }
+}
+
+/// `jsonb - key`: an object without `key`, or an array without the strings equal
+/// to it.
+pub fn remove_key(a: &Node, key: &str) -> Result<Node> {
+    Ok(match &a.value {
+        Value::Obj(pairs) => Value::Obj(pairs.iter().filter(|(k, _)| k != key).cloned().collect()),
+        Value::Arr(items) => Value::Arr(
+            items
+                .iter()
+                .filter(|v| !matches!(&v.value, Value::Str(s) if s == key))
+                .cloned()
+                .collect(),
+        ),
+        _ => return Err(Error::sql("22023", "cannot delete from scalar")),
+    }
+    .into())
+}
+
+/// `jsonb - integer`: an array without the element at `i` (from the end when
+/// negative).
+pub fn remove_index(a: &Node, i: i64) -> Result<Node> {
+    match &a.value {
+        Value::Arr(items) => {
+            let len = items.len() as i64;
+            let at = if i < 0 { len + i } else { i };
+            Ok(Value::Arr(
+                items
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j as i64 != at)
+                    .map(|(_, v)| v.clone())
+                    .collect(),
+            )
+            .into())
+        }
+        Value::Obj(_) => Err(Error::sql(
+            "22023",
+            "cannot delete from object using integer index",
+        )),
+        _ => Err(Error::sql("22023", "cannot delete from scalar")),
+    }
+}
+
+/// `jsonb #- path`: the value without what the path names.
+pub fn remove_path(a: &Node, path: &[Option<String>]) -> Result<Node> {
+    let Some((step, rest)) = path.split_first() else {
+        return Ok(a.clone());
+    };
+    let Some(step) = step.as_deref() else {
+        return Err(Error::sql("22004", "path element at position 1 is null"));
+    };
+    if rest.is_empty() {
+        return match &a.value {
+            Value::Obj(_) => remove_key(a, step),
+            Value::Arr(_) => match step.trim().parse::<i64>() {
+                Ok(i) => remove_index(a, i),
+                Err(_) => Err(Error::sql(
+                    "22P02",
+                    format!("path element at position 1 is not an integer: \"{step}\""),
+                )),
+            },
+            _ => Err(Error::sql("22023", "cannot delete path in scalar")),
+        };
+    }
+    let mut out = a.clone();
+    match &mut out.value {
+        Value::Obj(pairs) => {
+            if let Some((_, v)) = pairs.iter_mut().find(|(k, _)| k == step) {
+                *v = remove_path(v, rest)?;
+            }
+        }
+        Value::Arr(items) => {
+            if let Ok(i) = step.trim().parse::<i64>() {
+                let len = items.len() as i64;
+                let at = if i < 0 { len + i } else { i };
+                if (0..len).contains(&at) {
+                    items[at as usize] = remove_path(&items[at as usize], rest)?;
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
 /// Scalars compare as values: numbers by value (`1.0` equals `1`).
 fn scalar_eq(a: &Node, b: &Node) -> bool {
     match (&a.value, &b.value) {
-        (Value::Num(x), Value::Num(y)) => {
-            x == y || matches!((x.parse::<f64>(), y.parse::<f64>()), (Ok(p), Ok(q)) if p == q)
-        }
+        (Value::Num(x), Value::Num(y)) => num_cmp(x, y) == std::cmp::Ordering::Equal,
         (x, y) => x == y,
     }
 }
@@ -631,6 +829,28 @@ mod tests {
         assert!(!j("[[1,2]]").contains(&j("[1]")));
         assert!(j("[[1,2]]").contains(&j("[[1]]")));
         assert!(!j(r#"{"a":1}"#).contains(&j("[]")));
+    }
+
+    #[test]
+    fn ordering_follows_postgres() {
+        use std::cmp::Ordering::*;
+        let c = |a: &str, b: &str| {
+            compare(
+                &parse(a).unwrap().normalized(),
+                &parse(b).unwrap().normalized(),
+            )
+        };
+        assert_eq!(c("1.0", "1"), Equal);
+        assert_eq!(c("-0.5", "0"), Less);
+        assert_eq!(c("10", "9.99"), Greater);
+        assert_eq!(c(r#"{"a":1}"#, "[1,2,3]"), Greater);
+        assert_eq!(c("true", "2"), Greater);
+        assert_eq!(c("[1,2]", "[1,3]"), Less);
+        assert_eq!(c("[]", "1"), Less);
+        assert_eq!(c("[1]", "1"), Greater);
+        assert_eq!(c("[[]]", "[1]"), Greater);
+        assert_eq!(c(r#"{"aa":1}"#, r#"{"b":1}"#), Less);
+        assert_eq!(c("null", r#""""#), Less);
     }
 
     #[test]

@@ -88,6 +88,13 @@ async def main():
             c.eq(f"{v} comes back whole", got[0], v)
             c.eq(f"{v} doubled", got[1], v * 2)
 
+    jq = "SELECT $1::jsonb, $1::jsonb -> 'a', $2::jsonb @> $1::jsonb"
+    with c.step("jsonb in binary (parameters and results)", jq):
+        got = await conn.fetchrow(jq, '{"b": [1, 2], "a": {"x": 1.50}}', '{"a": {"x": 1.5, "y": 2}, "b": [2, 1, 3]}')
+        c.eq("jsonb normalized", got[0], '{"a": {"x": 1.50}, "b": [1, 2]}')
+        c.eq("jsonb member", got[1], '{"x": 1.50}')
+        c.eq("containment", got[2], True)
+
     await conn.close()
 
 

@@ -155,6 +155,25 @@ with c.step("numeric round trip of 76 significant digits", "SELECT %s::numeric")
         except psycopg.errors.NumericValueOutOfRange:
             pass
 
+# jsonb: psycopg sends Jsonb parameters with OID 3802 and loads jsonb results
+# into Python values, in text and in binary format.
+with c.step("jsonb parameters and results (text and binary)"):
+    from psycopg.types.json import Jsonb
+    jt = TABLE + "_json"
+    conn.execute(f"DROP TABLE IF EXISTS {jt}")
+    conn.execute(f"CREATE TABLE {jt} (id int, meta jsonb, raw json)")
+    doc = {"site": "north", "tags": ["x", "y"], "n": 1.5, "ok": True, "none": None}
+    conn.execute(f"INSERT INTO {jt} VALUES (%s, %s, %s)", (1, Jsonb(doc), '{"b" : 1}'))
+    for binary in (False, True):
+        cur = conn.cursor(binary=binary)
+        row = cur.execute(f"SELECT meta, meta -> 'tags', meta ->> 'site', raw FROM {jt} WHERE meta @> %s",
+                          (Jsonb({"site": "north"}),)).fetchone()
+        c.eq(f"jsonb document (binary={binary})", row[0], doc)
+        c.eq(f"jsonb member (binary={binary})", row[1], ["x", "y"])
+        c.eq(f"->> text (binary={binary})", row[2], "north")
+        c.eq(f"json value (binary={binary})", row[3], {"b": 1})
+    conn.execute(f"DROP TABLE {jt}")
+
 conn.close()
 
 # psycopg's default: autocommit off, every statement inside a transaction that

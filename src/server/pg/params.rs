@@ -79,7 +79,19 @@ pub fn decode<S: Clone>(
             Own::UntypedNull => Some(bytes::Bytes::new()),
         };
     }
-    let mut blanked = Portal::new_cursor(portal.name.clone(), portal.statement.clone());
+    // JSON slots are read as text here: arrow-pg would refuse their declared type.
+    let mut parameter_types = portal.statement.parameter_types.clone();
+    for (i, how) in &own {
+        if let (Own::Json, Some(t)) = (how, parameter_types.get_mut(*i)) {
+            *t = Some(Type::TEXT);
+        }
+    }
+    let statement = std::sync::Arc::new(pgwire::api::stmt::StoredStatement::new(
+        portal.statement.id.clone(),
+        portal.statement.statement.clone(),
+        parameter_types,
+    ));
+    let mut blanked = Portal::new_cursor(portal.name.clone(), statement);
     blanked.parameter_format = portal.parameter_format.clone();
     blanked.parameters = parameters;
     let ParamValues::List(mut list) =

@@ -64,6 +64,21 @@ enum Op {
     Pretty,
     Set,
     ArrayLength,
+    /// PostgreSQL's `jsonb` ordering as -1, 0 or 1 (the comparison operators).
+    Compare,
+    /// An array's elements as a list (`text`: as `->>` shows them): the
+    /// set-returning `jsonb_array_elements` in a select list, unnested.
+    Elements {
+        text: bool,
+    },
+    /// An object's keys as a list (`jsonb_object_keys` in a select list).
+    Keys,
+    /// `jsonb || jsonb`.
+    Concat,
+    /// `jsonb - text`, `jsonb - integer`, `jsonb - text[]`.
+    Delete,
+    /// `jsonb #- text[]`.
+    DeletePath,
     /// `to_json` / `to_jsonb`.
     To(Kind),
     BuildObject(Kind),
@@ -109,7 +124,10 @@ impl ScalarUDFImpl for JsonFn {
             Op::Contains | Op::Contained | Op::Exists | Op::ExistsAny | Op::ExistsAll => {
                 DataType::Boolean
             }
-            Op::ArrayLength => DataType::Int32,
+            Op::ArrayLength | Op::Compare => DataType::Int32,
+            Op::Elements { .. } | Op::Keys => {
+                DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)))
+            }
             _ => DataType::Utf8,
         })
     }
@@ -120,9 +138,14 @@ impl ScalarUDFImpl for JsonFn {
             Op::Get { text: false } | Op::Path { text: false } => {
                 Some(args.arg_fields.first().map_or(Kind::Jsonb, |f| kind_of(f)))
             }
-            Op::Set => Some(Kind::Jsonb),
+            Op::Set | Op::Concat | Op::Delete | Op::DeletePath => Some(Kind::Jsonb),
             _ => None,
         };
+        if let Op::Elements { text: false } = self.op {
+            let kind = args.arg_fields.first().map_or(Kind::Jsonb, |f| kind_of(f));
+            let item = Arc::new(kind.field("item", true));
+            return Ok(Arc::new(Field::new(self.name, DataType::List(item), true)));
+        }
         Ok(Arc::new(match kind {
             Some(k) => k.field(self.name, true),
             None => Field::new(self.name, dt, true),
@@ -242,6 +265,117 @@ impl ScalarUDFImpl for JsonFn {
                     })
                     .collect::<Result<Int32Array>>()?;
                 Arc::new(out)
+            }
+            Op::Compare => {
+                let a = operand_nodes(&fields[0], &arrays[0])?;
+                let b = operand_nodes(&fields[1], &arrays[1])?;
+                let out: Int32Array = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(a, b)| Some(crate::json::compare(a.as_ref()?, b.as_ref()?) as i32))
+                    .collect();
+                Arc::new(out)
+            }
+            Op::Elements { text } => {
+                let kind = kind_of(&fields[0]);
+                let docs = texts(&arrays[0])?;
+                let mut b = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
+                if !text {
+                    b = b.with_field(Arc::new(kind.field("item", true)));
+                }
+                for doc in docs {
+                    let Some(doc) = doc else {
+                        b.append_null();
+                        continue;
+                    };
+                    let node = crate::json::parse(&doc).map_err(df)?;
+                    let Value::Arr(items) = &node.value else {
+                        return Err(sql_error("22023", "cannot extract elements from a scalar"));
+                    };
+                    for v in items {
+                        let shown = if text {
+                            v.unquoted(kind, &doc)
+                        } else {
+                            let v = match kind {
+                                Kind::Jsonb => v.clone().normalized(),
+                                Kind::Json => v.clone(),
+                            };
+                            Some(v.text(kind, &doc))
+                        };
+                        b.values().append_option(shown);
+                    }
+                    b.append(true);
+                }
+                Arc::new(b.finish())
+            }
+            Op::Keys => {
+                let docs = operand_nodes(&fields[0], &arrays[0])?;
+                let mut b = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
+                for doc in docs {
+                    match doc.map(|d| d.value) {
+                        None => b.append_null(),
+                        Some(Value::Obj(pairs)) => {
+                            for (k, _) in pairs {
+                                b.values().append_value(k);
+                            }
+                            b.append(true);
+                        }
+                        Some(_) => {
+                            return Err(sql_error(
+                                "22023",
+                                "cannot call jsonb_object_keys on a non-object",
+                            ));
+                        }
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            Op::Concat => {
+                let a = operand_nodes(&fields[0], &arrays[0])?;
+                let b = operand_nodes(&fields[1], &arrays[1])?;
+                let out: StringArray = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(a, b)| Some(crate::json::concat(a.as_ref()?, b.as_ref()?).jsonb_text()))
+                    .collect();
+                Arc::new(out)
+            }
+            Op::Delete | Op::DeletePath => {
+                let a = operand_nodes(&fields[0], &arrays[0])?;
+                let by_index = arrays[1].data_type().is_integer();
+                let list =
+                    matches!(arrays[1].data_type(), DataType::List(_)) || self.op == Op::DeletePath;
+                let paths = if list {
+                    string_lists(&arrays[1])?
+                } else {
+                    vec![]
+                };
+                let keys = if list { vec![] } else { texts(&arrays[1])? };
+                let mut out = Vec::with_capacity(n);
+                for (i, a) in a.iter().enumerate() {
+                    let Some(a) = a else {
+                        out.push(None);
+                        continue;
+                    };
+                    let r = if self.op == Op::DeletePath {
+                        paths[i].as_ref().map(|p| crate::json::remove_path(a, p))
+                    } else if list {
+                        paths[i].as_ref().map(|p| {
+                            p.iter()
+                                .flatten()
+                                .try_fold(a.clone(), |acc, k| crate::json::remove_key(&acc, k))
+                        })
+                    } else if by_index {
+                        keys[i].as_ref().map(|k| match k.parse::<i64>() {
+                            Ok(i) => crate::json::remove_index(a, i),
+                            Err(_) => crate::json::remove_key(a, k),
+                        })
+                    } else {
+                        keys[i].as_ref().map(|k| crate::json::remove_key(a, k))
+                    };
+                    out.push(r.transpose().map_err(df)?.map(|n| n.jsonb_text()));
+                }
+                Arc::new(StringArray::from(out))
             }
             Op::Set => {
                 let targets = operand_nodes(&fields[0], &arrays[0])?;
@@ -776,6 +910,22 @@ impl Accumulator for JsonAccumulator {
     }
 }
 
+/// The list functions the select-list forms of `json(b)_array_elements`,
+/// `json(b)_array_elements_text` and `json(b)_object_keys` are unnested from.
+pub const SRF_ELEMENTS: &str = "sundial_json_elements";
+pub const SRF_ELEMENTS_TEXT: &str = "sundial_json_elements_text";
+pub const SRF_KEYS: &str = "sundial_json_keys";
+
+/// The list function a set-returning JSON function in a select list unnests.
+pub fn select_list_form(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "jsonb_array_elements" | "json_array_elements" => SRF_ELEMENTS,
+        "jsonb_array_elements_text" | "json_array_elements_text" => SRF_ELEMENTS_TEXT,
+        "jsonb_object_keys" | "json_object_keys" => SRF_KEYS,
+        _ => return None,
+    })
+}
+
 /// The table functions over a JSON value (planned in FROM with a constant
 /// argument).
 pub const TABLE_FUNCTIONS: [&str; 8] = [
@@ -888,6 +1038,15 @@ impl ExprPlanner for JsonOperators {
         expr: RawBinaryExpr,
         schema: &DFSchema,
     ) -> Result<PlannerResult<RawBinaryExpr>> {
+        if let Some(op) = comparison(&expr.op) {
+            return compare_json(expr, op, schema);
+        }
+        if matches!(
+            expr.op,
+            BinaryOperator::StringConcat | BinaryOperator::Minus | BinaryOperator::HashMinus
+        ) {
+            return edit_jsonb(expr, schema);
+        }
         let name = match expr.op {
             BinaryOperator::Arrow => "json_object_field",
             BinaryOperator::LongArrow => "json_object_field_text",
@@ -964,6 +1123,113 @@ impl ExprPlanner for JsonOperators {
     }
 }
 
+/// `jsonb || jsonb` (with a `jsonb` or an untyped literal on the other side; a
+/// typed text beside it is text concatenation, as in PostgreSQL), `jsonb - key`,
+/// `jsonb #- path`.
+fn edit_jsonb(expr: RawBinaryExpr, schema: &DFSchema) -> Result<PlannerResult<RawBinaryExpr>> {
+    let field = |e: &Expr| e.to_field(schema).ok().map(|(_, f)| f);
+    let lk = field(&expr.left).and_then(|f| Kind::of(&f));
+    let rk = field(&expr.right).and_then(|f| Kind::of(&f));
+    let name = match expr.op {
+        BinaryOperator::StringConcat
+            if lk == Some(Kind::Jsonb)
+                && (rk == Some(Kind::Jsonb) || is_text_or_parameter(&expr.right))
+                || rk == Some(Kind::Jsonb) && is_text_or_parameter(&expr.left) =>
+        {
+            "jsonb_concat"
+        }
+        BinaryOperator::Minus if lk == Some(Kind::Jsonb) => "jsonb_delete",
+        BinaryOperator::HashMinus if lk == Some(Kind::Jsonb) => "jsonb_delete_path",
+        BinaryOperator::Minus | BinaryOperator::HashMinus if lk == Some(Kind::Json) => {
+            return Err(sql_error(
+                "42883",
+                &format!("operator does not exist: json {} unknown", expr.op),
+            ));
+        }
+        _ => return Ok(PlannerResult::Original(expr)),
+    };
+    match udf_call(&JSON_FNS, name, vec![expr.left.clone(), expr.right.clone()]) {
+        Some(e) => Ok(PlannerResult::Planned(e)),
+        None => Ok(PlannerResult::Original(expr)),
+    }
+}
+
+/// The comparison an operator is, if it is one.
+fn comparison(op: &BinaryOperator) -> Option<datafusion::logical_expr::Operator> {
+    use datafusion::logical_expr::Operator as O;
+    Some(match op {
+        BinaryOperator::Eq => O::Eq,
+        BinaryOperator::NotEq => O::NotEq,
+        BinaryOperator::Lt => O::Lt,
+        BinaryOperator::LtEq => O::LtEq,
+        BinaryOperator::Gt => O::Gt,
+        BinaryOperator::GtEq => O::GtEq,
+        _ => return None,
+    })
+}
+
+/// `jsonb` compared by PostgreSQL's `jsonb` ordering (`'{"b":1,"a":2}'` equals the
+/// stored `{"a": 2, "b": 1}`, `1.0` equals `1`); `json` has no comparison (42883).
+fn compare_json(
+    mut expr: RawBinaryExpr,
+    op: datafusion::logical_expr::Operator,
+    schema: &DFSchema,
+) -> Result<PlannerResult<RawBinaryExpr>> {
+    let field = |e: &Expr| e.to_field(schema).ok().map(|(_, f)| f);
+    let (lf, rf) = (field(&expr.left), field(&expr.right));
+    let lk = lf.as_ref().and_then(|f| Kind::of(f));
+    let rk = rf.as_ref().and_then(|f| Kind::of(f));
+    if lk.is_none() && rk.is_none() {
+        return Ok(PlannerResult::Original(expr));
+    }
+    let name = |k: Option<Kind>, f: &Option<FieldRef>| match (k, f) {
+        (Some(k), _) => k.pg_name().to_string(),
+        (None, Some(f)) if !matches!(f.data_type(), DataType::Null) => {
+            super::pgfuncs::pg_type_name(f.data_type()).to_string()
+        }
+        _ => "unknown".to_string(),
+    };
+    let other_ok = |k: Option<Kind>, e: &Expr| {
+        k == Some(Kind::Jsonb) || k.is_none() && is_text_or_parameter(e)
+    };
+    let ok = lk != Some(Kind::Json)
+        && rk != Some(Kind::Json)
+        && other_ok(lk, &expr.left)
+        && other_ok(rk, &expr.right);
+    if !ok {
+        return Err(sql_error(
+            "42883",
+            &format!(
+                "operator does not exist: {} {} {}",
+                name(lk, &lf),
+                expr.op,
+                name(rk, &rf)
+            ),
+        ));
+    }
+    for side in [&mut expr.left, &mut expr.right] {
+        if let Expr::Placeholder(p) = side
+            && p.field.is_none()
+        {
+            p.field = Some(Arc::new(Kind::Jsonb.field("", true)));
+        }
+    }
+    let Some(cmp) = udf_call(
+        &JSON_FNS,
+        "jsonb_cmp",
+        vec![expr.left.clone(), expr.right.clone()],
+    ) else {
+        return Ok(PlannerResult::Original(expr));
+    };
+    Ok(PlannerResult::Planned(Expr::BinaryExpr(
+        datafusion::logical_expr::BinaryExpr::new(
+            Box::new(cmp),
+            op,
+            Box::new(Expr::Literal(ScalarValue::Int32(Some(0)), None)),
+        ),
+    )))
+}
+
 fn is_text_or_parameter(e: &Expr) -> bool {
     matches!(
         e,
@@ -989,6 +1255,10 @@ fn operator_fns() -> Vec<Arc<ScalarUDF>> {
         ("jsonb_exists", Op::Exists),
         ("jsonb_exists_any", Op::ExistsAny),
         ("jsonb_exists_all", Op::ExistsAll),
+        ("jsonb_cmp", Op::Compare),
+        ("jsonb_concat", Op::Concat),
+        ("jsonb_delete", Op::Delete),
+        ("jsonb_delete_path", Op::DeletePath),
     ]
     .into_iter()
     .map(|(name, op)| {
@@ -1087,6 +1357,9 @@ pub fn register(ctx: &SessionContext, settings: Settings) {
         ("jsonb_typeof", Op::Typeof, any(1)),
         ("json_typeof", Op::Typeof, any(1)),
         ("jsonb_pretty", Op::Pretty, any(1)),
+        (SRF_ELEMENTS, Op::Elements { text: false }, any(1)),
+        (SRF_ELEMENTS_TEXT, Op::Elements { text: true }, any(1)),
+        (SRF_KEYS, Op::Keys, any(1)),
         ("jsonb_array_length", Op::ArrayLength, any(1)),
         ("json_array_length", Op::ArrayLength, any(1)),
         (

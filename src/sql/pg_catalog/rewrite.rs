@@ -1306,6 +1306,11 @@ pub fn set_returning_items(sel: &mut ast::Select) {
         } else if crate::sql::signatures::is_set_returning(&f.name) {
             // show_chunks / drop_chunks: one row per chunk.
             (name.value.to_ascii_lowercase(), None)
+        } else if let Some(list) =
+            crate::sql::functions::json::select_list_form(&name.value.to_ascii_lowercase())
+        {
+            // One row per element or key: the list of them, unnested.
+            (name.value.to_ascii_lowercase(), Some(list))
         } else if ident_eq(name, "regexp_matches") {
             // One text[] per match: the array of them, unnested.
             (
