@@ -719,6 +719,104 @@ pub fn remove_path(a: &Node, path: &[Option<String>]) -> Result<Node> {
     Ok(out)
 }
 
+/// A byte string whose order is PostgreSQL's `jsonb` ordering ([`compare`]): what
+/// `ORDER BY` a `jsonb` sorts by.
+pub fn sort_key(a: &Node) -> Vec<u8> {
+    let mut out = vec![];
+    match &a.value {
+        // A scalar at the top level is a one-element array below any real one.
+        Value::Arr(items) => {
+            out.push(4);
+            out.extend_from_slice(&(items.len() as u32).to_be_bytes());
+            out.push(1);
+            for v in items {
+                key_into(&mut out, v);
+            }
+        }
+        Value::Obj(_) => key_into(&mut out, a),
+        _ => {
+            out.push(4);
+            out.extend_from_slice(&1u32.to_be_bytes());
+            out.push(0);
+            key_into(&mut out, a);
+        }
+    }
+    out
+}
+
+fn key_into(out: &mut Vec<u8>, v: &Node) {
+    let string = |out: &mut Vec<u8>, s: &str| {
+        for b in s.bytes() {
+            out.push(b);
+            if b == 0 {
+                out.push(0xff);
+            }
+        }
+        out.extend_from_slice(&[0, 0]);
+    };
+    match &v.value {
+        Value::Null => out.push(0),
+        Value::Str(s) | Value::Raw(s) => {
+            out.push(1);
+            string(out, s);
+        }
+        Value::Num(n) => {
+            out.push(2);
+            number_key(out, n);
+        }
+        Value::Bool(b) => out.extend_from_slice(&[3, u8::from(*b)]),
+        Value::Arr(items) => {
+            out.push(4);
+            out.extend_from_slice(&(items.len() as u32).to_be_bytes());
+            out.push(1);
+            for v in items {
+                key_into(out, v);
+            }
+        }
+        Value::Obj(pairs) => {
+            out.push(5);
+            out.extend_from_slice(&(pairs.len() as u32).to_be_bytes());
+            for (k, v) in pairs {
+                string(out, k);
+                key_into(out, v);
+            }
+        }
+    }
+}
+
+/// A number's order-preserving bytes: sign, then the decimal exponent and the
+/// significant digits (complemented when negative).
+fn number_key(out: &mut Vec<u8>, n: &str) {
+    let t = numeric_text(n);
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(r) => (true, r.to_string()),
+        None => (false, t),
+    };
+    let (i, f) = t.split_once('.').unwrap_or((&t, ""));
+    let int = i.trim_start_matches('0');
+    let digits: String = format!("{int}{f}");
+    let lead = digits.bytes().take_while(|b| *b == b'0').count();
+    let sig = digits[lead..].trim_end_matches('0');
+    if sig.is_empty() {
+        out.push(1);
+        return;
+    }
+    // The position of the first significant digit relative to the point.
+    let exp = int.len() as i64 - lead as i64;
+    let biased = (exp + (1 << 31)) as u32;
+    if neg {
+        out.push(0);
+        out.extend_from_slice(&(!biased).to_be_bytes());
+        out.extend(sig.bytes().map(|d| b'9' - d + b'0'));
+        out.push(0xff);
+    } else {
+        out.push(2);
+        out.extend_from_slice(&biased.to_be_bytes());
+        out.extend(sig.bytes());
+        out.push(0);
+    }
+}
+
 /// Scalars compare as values: numbers by value (`1.0` equals `1`).
 fn scalar_eq(a: &Node, b: &Node) -> bool {
     match (&a.value, &b.value) {
@@ -851,6 +949,57 @@ mod tests {
         assert_eq!(c("[[]]", "[1]"), Greater);
         assert_eq!(c(r#"{"aa":1}"#, r#"{"b":1}"#), Less);
         assert_eq!(c("null", r#""""#), Less);
+    }
+
+    #[test]
+    fn sort_keys_order_as_compare_does() {
+        let docs = [
+            "null",
+            "\"\"",
+            "\"a\"",
+            "\"b\"",
+            "-10",
+            "-9.5",
+            "-0.001",
+            "0",
+            "0.0",
+            "0.001",
+            "1",
+            "1.0",
+            "1.23",
+            "9",
+            "10",
+            "100.5",
+            "false",
+            "true",
+            "[]",
+            "[1]",
+            "[2]",
+            "[\"x\"]",
+            "[1,2]",
+            "[[]]",
+            "{}",
+            "{\"a\":1}",
+            "{\"b\":1}",
+            "{\"aa\":1}",
+            "{\"a\":2}",
+            "{\"a\":1,\"b\":2}",
+            "[1,2,3]",
+            "[{\"a\":1}]",
+        ];
+        for a in docs {
+            for b in docs {
+                let (x, y) = (
+                    parse(a).unwrap().normalized(),
+                    parse(b).unwrap().normalized(),
+                );
+                assert_eq!(
+                    sort_key(&x).cmp(&sort_key(&y)),
+                    compare(&x, &y),
+                    "{a} vs {b}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -79,6 +79,8 @@ enum Op {
     Delete,
     /// `jsonb #- text[]`.
     DeletePath,
+    /// Bytes ordered as PostgreSQL orders `jsonb` (`ORDER BY` a `jsonb`).
+    SortKey,
     /// `to_json` / `to_jsonb`.
     To(Kind),
     BuildObject(Kind),
@@ -125,6 +127,7 @@ impl ScalarUDFImpl for JsonFn {
                 DataType::Boolean
             }
             Op::ArrayLength | Op::Compare => DataType::Int32,
+            Op::SortKey => DataType::Binary,
             Op::Elements { .. } | Op::Keys => {
                 DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)))
             }
@@ -329,6 +332,14 @@ impl ScalarUDFImpl for JsonFn {
                     }
                 }
                 Arc::new(b.finish())
+            }
+            Op::SortKey => {
+                let a = operand_nodes(&fields[0], &arrays[0])?;
+                let out: arrow::array::BinaryArray = a
+                    .iter()
+                    .map(|a| a.as_ref().map(crate::json::sort_key))
+                    .collect();
+                Arc::new(out)
             }
             Op::Concat => {
                 let a = operand_nodes(&fields[0], &arrays[0])?;
@@ -1257,6 +1268,7 @@ fn operator_fns() -> Vec<Arc<ScalarUDF>> {
         ("jsonb_exists_all", Op::ExistsAll),
         ("jsonb_cmp", Op::Compare),
         ("jsonb_concat", Op::Concat),
+        ("jsonb_sort_key", Op::SortKey),
         ("jsonb_delete", Op::Delete),
         ("jsonb_delete_path", Op::DeletePath),
     ]
@@ -1265,7 +1277,10 @@ fn operator_fns() -> Vec<Arc<ScalarUDF>> {
         Arc::new(ScalarUDF::new_from_impl(JsonFn {
             name,
             op,
-            signature: Signature::any(2, Volatility::Immutable),
+            signature: Signature::any(
+                if op == Op::SortKey { 1 } else { 2 },
+                Volatility::Immutable,
+            ),
             settings: settings.clone(),
         }))
     })
@@ -1278,6 +1293,53 @@ fn operator_fns() -> Vec<Arc<ScalarUDF>> {
 pub struct JsonCasts {
     json_in: Arc<ScalarUDF>,
     jsonb_in: Arc<ScalarUDF>,
+}
+
+/// `ORDER BY` a `jsonb` sorts by [`crate::json::sort_key`], PostgreSQL's `jsonb`
+/// order (not the text's).
+#[derive(Debug)]
+pub struct JsonOrder;
+
+impl AnalyzerRule for JsonOrder {
+    fn name(&self) -> &str {
+        "sundial_json_order"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        let Some(key) = JSON_FNS
+            .iter()
+            .find(|f| f.name() == "jsonb_sort_key")
+            .cloned()
+        else {
+            return Ok(plan);
+        };
+        let out = plan.transform_up_with_subqueries(|node| {
+            let LogicalPlan::Sort(mut sort) = node else {
+                return Ok(Transformed::no(node));
+            };
+            let schema = sort.input.schema().clone();
+            let mut changed = false;
+            for s in sort.expr.iter_mut() {
+                let jsonb = s
+                    .expr
+                    .to_field(&schema)
+                    .is_ok_and(|(_, f)| Kind::of(&f) == Some(Kind::Jsonb));
+                if jsonb {
+                    s.expr = Expr::ScalarFunction(ScalarFunction::new_udf(
+                        key.clone(),
+                        vec![s.expr.clone()],
+                    ));
+                    changed = true;
+                }
+            }
+            Ok(if changed {
+                Transformed::yes(LogicalPlan::Sort(sort))
+            } else {
+                Transformed::no(LogicalPlan::Sort(sort))
+            })
+        })?;
+        Ok(out.data)
+    }
 }
 
 impl AnalyzerRule for JsonCasts {
@@ -1442,4 +1504,5 @@ pub fn register(ctx: &SessionContext, settings: Settings) {
         ctx.register_udtf(name, Arc::new(members));
     }
     ctx.add_analyzer_rule(Arc::new(JsonCasts { json_in, jsonb_in }));
+    ctx.add_analyzer_rule(Arc::new(JsonOrder));
 }
