@@ -1070,7 +1070,7 @@ impl ExprPlanner for JsonOperators {
             BinaryOperator::QuestionAnd => "jsonb_exists_all",
             _ => return Ok(PlannerResult::Original(expr)),
         };
-        let field = |e: &Expr| e.to_field(schema).ok().map(|(_, f)| f);
+        let field = |e: &Expr| json_field(e, schema);
         let (lf, rf) = (field(&expr.left), field(&expr.right));
         let lk = lf.as_ref().and_then(|f| Kind::of(f));
         let rk = rf.as_ref().and_then(|f| Kind::of(f));
@@ -1138,7 +1138,7 @@ impl ExprPlanner for JsonOperators {
 /// typed text beside it is text concatenation, as in PostgreSQL), `jsonb - key`,
 /// `jsonb #- path`.
 fn edit_jsonb(expr: RawBinaryExpr, schema: &DFSchema) -> Result<PlannerResult<RawBinaryExpr>> {
-    let field = |e: &Expr| e.to_field(schema).ok().map(|(_, f)| f);
+    let field = |e: &Expr| json_field(e, schema);
     let lk = field(&expr.left).and_then(|f| Kind::of(&f));
     let rk = field(&expr.right).and_then(|f| Kind::of(&f));
     let name = match expr.op {
@@ -1186,7 +1186,7 @@ fn compare_json(
     op: datafusion::logical_expr::Operator,
     schema: &DFSchema,
 ) -> Result<PlannerResult<RawBinaryExpr>> {
-    let field = |e: &Expr| e.to_field(schema).ok().map(|(_, f)| f);
+    let field = |e: &Expr| json_field(e, schema);
     let (lf, rf) = (field(&expr.left), field(&expr.right));
     let lk = lf.as_ref().and_then(|f| Kind::of(f));
     let rk = rf.as_ref().and_then(|f| Kind::of(f));
@@ -1241,6 +1241,16 @@ fn compare_json(
     )))
 }
 
+/// The field of an operand that can be of a JSON type: arithmetic and literals
+/// never are, so long operator chains (`7 - 7 - … - 7`) are not typed again at
+/// every level.
+fn json_field(e: &Expr, schema: &DFSchema) -> Option<FieldRef> {
+    if matches!(e, Expr::BinaryExpr(_) | Expr::Literal(..)) {
+        return None;
+    }
+    e.to_field(schema).ok().map(|(_, f)| f)
+}
+
 fn is_text_or_parameter(e: &Expr) -> bool {
     matches!(
         e,
@@ -1277,10 +1287,7 @@ fn operator_fns() -> Vec<Arc<ScalarUDF>> {
         Arc::new(ScalarUDF::new_from_impl(JsonFn {
             name,
             op,
-            signature: Signature::any(
-                if op == Op::SortKey { 1 } else { 2 },
-                Volatility::Immutable,
-            ),
+            signature: Signature::any(if op == Op::SortKey { 1 } else { 2 }, Volatility::Immutable),
             settings: settings.clone(),
         }))
     })
