@@ -42,6 +42,17 @@ impl ToSql for Jsonb {
     to_sql_checked!();
 }
 
+/// COPY `data` (text format) into table `r`.
+async fn copy_r(
+    client: &tokio_postgres::Client,
+    data: &'static [u8],
+) -> Result<u64, tokio_postgres::Error> {
+    let sink = client.copy_in::<_, Bytes>("COPY r FROM STDIN").await?;
+    futures::pin_mut!(sink);
+    sink.send(Bytes::from_static(data)).await?;
+    sink.finish().await
+}
+
 const WRITTEN: &str = r#"{"b" :  [1,  2], "a": {"x" : 1}, "b": 3}"#;
 
 #[tokio::test]
@@ -122,28 +133,19 @@ async fn json_types_on_the_wire() {
     assert_eq!(err.code().map(|c| c.code()), Some("22P02"));
 
     // COPY into a jsonb column normalizes; a bad row fails the whole COPY.
-    let sink = client
-        .copy_in::<_, Bytes>("COPY r FROM STDIN")
-        .await
-        .expect("copy");
-    futures::pin_mut!(sink);
-    sink.send(Bytes::from_static(
+    let n = copy_r(
+        &client,
         b"2024-01-01 00:00:00+00\t{\"temp\":20.50,\"ok\":true}\n2024-01-01 01:00:00+00\t{\"temp\": 1e1}\n",
-    ))
+    )
     .await
-    .expect("copy data");
-    assert_eq!(sink.finish().await.expect("copy finish"), 2);
-    let sink = client
-        .copy_in::<_, Bytes>("COPY r FROM STDIN")
-        .await
-        .expect("copy");
-    futures::pin_mut!(sink);
-    sink.send(Bytes::from_static(
+    .expect("copy");
+    assert_eq!(n, 2);
+    let err = copy_r(
+        &client,
         b"2024-01-02 00:00:00+00\t{\"ok\":false}\n2024-01-02 01:00:00+00\t{oops}\n",
-    ))
+    )
     .await
-    .expect("copy data");
-    let err = sink.finish().await.expect_err("bad json in COPY");
+    .expect_err("bad json in COPY");
     assert_eq!(err.code().map(|c| c.code()), Some("22P02"));
 
     let check = |client: tokio_postgres::Client| async move {
