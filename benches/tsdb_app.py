@@ -21,6 +21,7 @@ import re
 import sys
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 START = dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc)
 
@@ -32,7 +33,7 @@ def app(days: int) -> list[str]:
     early = (START + dt.timedelta(days=2)).isoformat()
     return [
         # Schema.
-        "CREATE TABLE meters (id int PRIMARY KEY, site text NOT NULL, kind text)",
+        "CREATE TABLE meters (id int PRIMARY KEY, site text NOT NULL, kind text, meta jsonb)",
         "CREATE TABLE readings (time timestamptz NOT NULL, meter_id int NOT NULL, "
         "kwh double precision, voltage real, status text) WITH (tsdb.hypertable, "
         "tsdb.partition_column = 'time', tsdb.chunk_interval = '1 day', "
@@ -119,7 +120,27 @@ def app(days: int) -> list[str]:
         "SELECT add_retention_policy('readings', INTERVAL '10 years', if_not_exists => true)",
         "SELECT proc_name FROM timescaledb_information.jobs WHERE hypertable_name = "
         "'readings' ORDER BY 1",
+        "SELECT config ->> 'drop_after', config ? 'hypertable_id', pg_typeof(config)::text "
+        "FROM timescaledb_information.jobs WHERE proc_name = 'policy_retention'",
         "SELECT remove_retention_policy('readings')",
+        # Device metadata in jsonb.
+        "SELECT id, meta, meta::text FROM meters ORDER BY id",
+        "SELECT meta ->> 'vendor' AS vendor, count(*) FROM meters GROUP BY 1 ORDER BY 1",
+        "SELECT m.meta ->> 'vendor', round(sum(r.kwh)::numeric, 3) FROM readings r JOIN "
+        "meters m ON m.id = r.meter_id WHERE m.meta @> '{\"tags\": [\"roof\"]}' "
+        "GROUP BY 1 ORDER BY 1",
+        "SELECT count(*) FROM readings r JOIN meters m ON m.id = r.meter_id "
+        "WHERE r.kwh > (m.meta -> 'limits' ->> 'kwh')::float8",
+        "SELECT id, meta #>> '{limits,kwh}', meta ? 'limits', jsonb_typeof(meta -> 'tags') "
+        "FROM meters ORDER BY id",
+        "UPDATE meters SET meta = jsonb_set(meta, '{limits,kwh}', '4.0') WHERE meta ? 'limits'",
+        "UPDATE meters SET meta = (meta || '{\"fw\": \"2.1\"}') - 'tags' WHERE id % 2 = 0",
+        "SELECT id, meta FROM meters ORDER BY meta, id",
+        "SELECT id, jsonb_object_keys(meta) AS k FROM meters ORDER BY 1, 2",
+        "SELECT meta -> 'vendor', jsonb_object_agg(id, meta -> 'limits') FROM meters "
+        "GROUP BY 1 ORDER BY 1",
+        "SELECT jsonb_build_object('meter', id, 'site', site, 'kind', kind) FROM meters "
+        "WHERE meta = '{\"vendor\": \"acme\", \"fw\": \"2.1\"}' ORDER BY id",
         "SELECT count(*) FROM show_chunks('readings')",
         f"WITH d AS (SELECT * FROM drop_chunks('readings', older_than => TIMESTAMPTZ "
         f"'{early}')) SELECT count(*) AS removed FROM d",
@@ -146,7 +167,18 @@ def app(days: int) -> list[str]:
 def data(seed: int, meters: int, days: int):
     rng = random.Random(seed)
     sites = [f"site-{i}" for i in range(max(2, meters // 3))]
-    ms = [(i, rng.choice(sites), rng.choice(["solar", "grid", None])) for i in range(meters)]
+    def meta():
+        m = {"vendor": rng.choice(["acme", "volt", "zap"])}
+        if rng.random() < 0.7:
+            m["limits"] = {"kwh": rng.choice([2.5, 3, 4.25]), "volt": 240}
+        if rng.random() < 0.6:
+            m["tags"] = rng.sample(["roof", "basement", "outdoor", "new"], rng.randint(1, 3))
+        return None if rng.random() < 0.1 else Jsonb(m)
+
+    ms = [
+        (i, rng.choice(sites), rng.choice(["solar", "grid", None]), meta())
+        for i in range(meters)
+    ]
     rows = []
     for i in range(meters):
         t = START + dt.timedelta(minutes=rng.randrange(0, 60))
@@ -192,7 +224,7 @@ def run(conn, sql):
 
 def load(conn, ms, rows):
     with conn.cursor() as cur:
-        cur.executemany("INSERT INTO meters VALUES (%s, %s, %s)", ms)
+        cur.executemany("INSERT INTO meters VALUES (%s, %s, %s, %s)", ms)
         for i in range(0, len(rows), 1000):
             cur.executemany(
                 "INSERT INTO readings VALUES (%s, %s, %s, %s, %s)", rows[i : i + 1000]

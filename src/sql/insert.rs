@@ -312,6 +312,58 @@ fn targets(table: &TableDef, columns: &[String]) -> Option<Vec<usize>> {
 }
 
 /// Tries the fast path; `Ok(None)` means "use the general path".
+/// `INSERT INTO t VALUES (…)` or `INSERT INTO t SELECT …` with fewer values than
+/// `t` has columns and no column list: PostgreSQL fills the leading columns (the
+/// others take their defaults). The column list is written out so the planner does.
+pub fn leading_columns(s: &Session, ins: &mut Insert) {
+    if !ins.columns.is_empty() {
+        return;
+    }
+    let (TableObject::TableName(name), Some(src)) = (&ins.table, &ins.source) else {
+        return;
+    };
+    let width = match src.body.as_ref() {
+        SetExpr::Values(v) => v.rows.first().map(|r| r.len()),
+        SetExpr::Select(sel)
+            if !sel.projection.iter().any(|p| {
+                matches!(
+                    p,
+                    datafusion::sql::sqlparser::ast::SelectItem::Wildcard(_)
+                        | datafusion::sql::sqlparser::ast::SelectItem::QualifiedWildcard(..)
+                )
+            }) =>
+        {
+            Some(sel.projection.len())
+        }
+        _ => None,
+    };
+    let table_name = match name.0.as_slice() {
+        [p] => p.as_ident().map(fold),
+        [schema, p] if schema.as_ident().map(fold).as_deref() == Some("public") => {
+            p.as_ident().map(fold)
+        }
+        _ => None,
+    };
+    let (Some(width), Some(table_name)) = (width, table_name) else {
+        return;
+    };
+    let manifest = s.engine.catalog().snapshot();
+    let Ok(table) = manifest.table(&s.db, &table_name) else {
+        return;
+    };
+    if width == 0 || width >= table.columns.len() {
+        return;
+    }
+    ins.columns = table.columns[..width]
+        .iter()
+        .map(|c| {
+            datafusion::sql::sqlparser::ast::ObjectName::from(vec![
+                datafusion::sql::sqlparser::ast::Ident::with_quote('"', c.name.clone()),
+            ])
+        })
+        .collect();
+}
+
 pub async fn try_fast_insert(s: &Session, ins: &Insert) -> Result<Option<u64>> {
     if ins.on.is_some() || ins.returning.is_some() || !ins.assignments.is_empty() {
         return Ok(None);

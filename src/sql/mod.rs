@@ -1090,13 +1090,16 @@ impl Session {
         if is_native(&stmt) {
             return Ok(Prepared::Native(Box::new(stmt)));
         }
+        let mut stmt = stmt;
+        if let Statement::Insert(ins) = &mut stmt {
+            insert::leading_columns(self, ins);
+        }
         let original = stmt.clone();
         let bind = pg_catalog::rewrite::series_over_parameters(&stmt);
         let is_dml = matches!(
             stmt,
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
         );
-        let mut stmt = stmt;
         let cache_key =
             matches!(stmt, Statement::Query(_)).then(|| plan_cache::prepared_key(&stmt, declared));
         let names = match &stmt {
@@ -1686,6 +1689,10 @@ impl Session {
 
     /// Runs one parsed statement without parameters (simple protocol).
     pub async fn run_statement(&self, stmt: Statement) -> Result<Output> {
+        let mut stmt = stmt;
+        if let Statement::Insert(ins) = &mut stmt {
+            insert::leading_columns(self, ins);
+        }
         if let Statement::Insert(ins) = &stmt
             && let Some(n) = insert::try_fast_insert(self, ins).await?
         {
