@@ -203,8 +203,12 @@ pub async fn start(s: &Session, stmt: &Statement) -> Result<Output> {
             if format.binary {
                 let schema = table.schema();
                 for &i in &targets {
-                    let dt = schema.field(i).data_type();
-                    if !super::copy_binary::supported(dt) {
+                    let f = schema.field(i);
+                    // Binary json / jsonb (a version byte before jsonb's text) is not
+                    // read here: refused rather than stored with the byte in it.
+                    if !super::copy_binary::supported(f.data_type())
+                        || crate::json::Kind::of(f).is_some()
+                    {
                         return Err(Error::NotSupported(format!(
                             "binary COPY of column \"{}\" ({})",
                             table.columns[i].name,
@@ -240,15 +244,15 @@ pub async fn start(s: &Session, stmt: &Statement) -> Result<Output> {
             let mut outs = Box::pin(s.run_sql(&sql)).await?;
             match outs.pop() {
                 Some(Output::Rows(schema, stream)) if format.binary => {
-                    if let Some(f) = schema
-                        .fields()
-                        .iter()
-                        .find(|f| !super::copy_binary::supported(f.data_type()))
-                    {
+                    if let Some(f) = schema.fields().iter().find(|f| {
+                        !super::copy_binary::supported(f.data_type())
+                            || crate::json::Kind::of(f).is_some()
+                    }) {
                         return Err(Error::NotSupported(format!(
                             "binary COPY of column \"{}\" ({})",
                             f.name(),
-                            f.data_type()
+                            crate::json::Kind::of(f)
+                                .map_or_else(|| f.data_type().to_string(), |k| k.pg_name().into())
                         )));
                     }
                     Ok(Output::CopyOut(

@@ -148,6 +148,22 @@ async fn json_types_on_the_wire() {
     .expect_err("bad json in COPY");
     assert_eq!(err.code().map(|c| c.code()), Some("22P02"));
 
+    // Binary COPY of a JSON column is refused (0A000), in and out, never stored or
+    // sent without jsonb's version byte.
+    let other = server.connect("sundial").await;
+    let Err(err) = other.copy_out("COPY r TO STDOUT (FORMAT binary)").await else {
+        panic!("binary COPY of a jsonb column was accepted");
+    };
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    let Err(err) = other
+        .copy_in::<_, Bytes>("COPY r FROM STDIN (FORMAT binary)")
+        .await
+    else {
+        panic!("binary COPY into a jsonb column was accepted");
+    };
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"));
+    drop(other);
+
     let check = |client: tokio_postgres::Client| async move {
         assert_eq!(
             text_rows(&client, "SELECT attrs FROM r ORDER BY ts").await,
