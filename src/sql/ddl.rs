@@ -44,6 +44,7 @@ pub fn handles(stmt: &Statement) -> bool {
             )
         }
         Statement::Query(_) => management_call(stmt).is_some(),
+        Statement::CreateExtension(_) | Statement::DropExtension(_) => true,
         Statement::Delete(_) | Statement::Truncate(_) | Statement::Update(_) => true,
         Statement::Insert(i) => super::upsert::handles(i),
         Statement::Call(f) => {
@@ -118,6 +119,13 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
         return super::compression::run(s, stmt).await;
     }
     match stmt {
+        Statement::CreateExtension(ce) => create_extension(&ce.name.value, ce.if_not_exists),
+        Statement::DropExtension(de) => {
+            for name in &de.names {
+                drop_extension(&name.value, de.if_exists)?;
+            }
+            Ok(Output::Command("DROP EXTENSION".into()))
+        }
         Statement::CreateTable(ct) => {
             let name = args::table_name(&ct.name)?;
             let existed = s.engine.catalog().snapshot().table(&s.db, &name).is_ok();
@@ -253,6 +261,8 @@ fn allowed_in_block(s: &Session, stmt: &Statement) -> Result<()> {
     let table_of_block =
         |n: &ast::ObjectName| args::table_name(n).is_ok_and(|t| s.is_created_in_block(&t));
     let ok = match stmt {
+        // They change nothing (the extensions are built in, or refused).
+        Statement::CreateExtension(_) | Statement::DropExtension(_) => true,
         Statement::CreateTable(_)
         | Statement::Delete(_)
         | Statement::Truncate(_)
@@ -290,6 +300,48 @@ fn allowed_in_block(s: &Session, stmt: &Statement) -> Result<()> {
         return Ok(());
     }
     s.check_ddl_in_block(&super::tx::ddl_name(stmt))
+}
+
+/// The extensions Sundial has built in (as `pg_extension` lists them).
+const BUILT_IN_EXTENSIONS: [&str; 2] = ["timescaledb", "plpgsql"];
+
+/// `CREATE EXTENSION [IF NOT EXISTS] timescaledb`, the first statement of every
+/// TimescaleDB tutorial and migration: the extension is always there, as in a
+/// database where it was created before (IF NOT EXISTS: done; without: 42710).
+/// Others are not available (0A000), as on a server without them.
+fn create_extension(name: &str, if_not_exists: bool) -> Result<Output> {
+    if BUILT_IN_EXTENSIONS.contains(&name) {
+        if if_not_exists {
+            tracing::info!(name, "extension already exists, skipping");
+            return Ok(Output::Command("CREATE EXTENSION".into()));
+        }
+        return Err(Error::sql(
+            "42710",
+            format!("extension \"{name}\" already exists"),
+        ));
+    }
+    Err(Error::sql(
+        "0A000",
+        format!("extension \"{name}\" is not available"),
+    ))
+}
+
+/// `DROP EXTENSION`: the built-in ones cannot be dropped (0A000); others do not
+/// exist (42704, or nothing with IF EXISTS).
+fn drop_extension(name: &str, if_exists: bool) -> Result<()> {
+    if BUILT_IN_EXTENSIONS.contains(&name) {
+        return Err(Error::sql(
+            "0A000",
+            format!("extension \"{name}\" is built into Sundial and cannot be dropped"),
+        ));
+    }
+    if if_exists {
+        return Ok(());
+    }
+    Err(Error::sql(
+        "42704",
+        format!("extension \"{name}\" does not exist"),
+    ))
 }
 
 fn create_database(s: &Session, name: &str, if_not_exists: bool) -> Result<Output> {

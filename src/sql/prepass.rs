@@ -26,7 +26,9 @@ pub const MATVIEW_MARK: &str = "sundial.materialized_view";
 /// and MOVE statements written as marked FETCHes. SQL that does not tokenize is
 /// returned unchanged (the parser reports the error).
 pub fn rewrite(sql: &str) -> String {
-    let sql = &matviews(&negative_limits(&users(&moves(&maintenance(sql)))));
+    let sql = &extensions(&matviews(&negative_limits(&users(&moves(&maintenance(
+        sql,
+    ))))));
     let lower = sql.to_ascii_lowercase();
     if !(lower.contains("create") && lower.contains("with")) {
         return sql.to_string();
@@ -77,6 +79,46 @@ pub fn rewrite(sql: &str) -> String {
             }
         }
         i += 1;
+    }
+    apply(sql, edits)
+}
+
+/// `CREATE EXTENSION [IF NOT EXISTS] name [WITH] [SCHEMA s] [VERSION v] [CASCADE]`:
+/// PostgreSQL's `WITH` is optional (TimescaleDB's docs write `CREATE EXTENSION IF
+/// NOT EXISTS timescaledb CASCADE`); sqlparser reads the options only after it, so
+/// it is written in.
+fn extensions(sql: &str) -> String {
+    if !sql.to_ascii_lowercase().contains("extension") {
+        return sql.to_string();
+    }
+    let Some(sig) = significant_tokens(sql) else {
+        return sql.to_string();
+    };
+    let offsets = LineIndex::new(sql);
+    let mut edits: Vec<(usize, usize, String)> = vec![];
+    for i in 0..sig.len() {
+        let starts = i == 0 || matches!(sig[i - 1].token, Token::SemiColon);
+        if !(starts
+            && is_kw(&sig[i].token, "create")
+            && sig.get(i + 1).is_some_and(|t| is_kw(&t.token, "extension")))
+        {
+            continue;
+        }
+        let stop = (i..sig.len())
+            .find(|&k| matches!(sig[k].token, Token::SemiColon))
+            .unwrap_or(sig.len());
+        let body = &sig[i + 2..stop];
+        if body.iter().any(|t| is_kw(&t.token, "with")) {
+            continue;
+        }
+        if let Some(opt) = body.iter().find(|t| {
+            ["schema", "version", "cascade"]
+                .iter()
+                .any(|k| is_kw(&t.token, k))
+        }) && let Some(at) = offsets.offset(&opt.span.start)
+        {
+            edits.push((at, at, "WITH ".to_string()));
+        }
     }
     apply(sql, edits)
 }
