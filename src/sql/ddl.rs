@@ -373,7 +373,20 @@ fn column_def(c: &ast::ColumnDef) -> Result<ColumnDef> {
             ColumnOption::NotNull => nullable = false,
             ColumnOption::Null => nullable = true,
             ColumnOption::PrimaryKey(_) => nullable = false,
-            _ => {}
+            // Taken by the table's keys.
+            ColumnOption::Unique(_) => {}
+            // Text compares by bytes, which is what C and POSIX mean.
+            ColumnOption::Collation(c)
+                if ["c", "posix", "default"]
+                    .contains(&c.to_string().trim_matches('"').to_ascii_lowercase().as_str()) => {}
+            // Accepted and ignored would leave the data unprotected or the inserts
+            // failing: refused until they are enforced.
+            other => {
+                return Err(Error::NotSupported(format!(
+                    "column \"{}\": {other} is not supported (Sundial would not enforce it)",
+                    args::fold(&c.name)
+                )));
+            }
         }
     }
     Ok(ColumnDef {
@@ -644,7 +657,11 @@ fn table_keys(
             ast::TableConstraint::Unique(u) => {
                 add(u.name.as_ref(), index_cols(&u.columns)?, false)?
             }
-            _ => {}
+            other => {
+                return Err(Error::NotSupported(format!(
+                    "table constraint {other} is not supported (Sundial would not enforce it)"
+                )));
+            }
         }
     }
     if let Some(pk) = keys.first().filter(|k| k.primary) {
