@@ -377,8 +377,12 @@ fn column_def(c: &ast::ColumnDef) -> Result<ColumnDef> {
             ColumnOption::Unique(_) => {}
             // Text compares by bytes, which is what C and POSIX mean.
             ColumnOption::Collation(c)
-                if ["c", "posix", "default"]
-                    .contains(&c.to_string().trim_matches('"').to_ascii_lowercase().as_str()) => {}
+                if ["c", "posix", "default"].contains(
+                    &c.to_string()
+                        .trim_matches('"')
+                        .to_ascii_lowercase()
+                        .as_str(),
+                ) => {}
             // Accepted and ignored would leave the data unprotected or the inserts
             // failing: refused until they are enforced.
             other => {

@@ -312,6 +312,26 @@ fn targets(table: &TableDef, columns: &[String]) -> Option<Vec<usize>> {
 }
 
 /// Tries the fast path; `Ok(None)` means "use the general path".
+/// The table `name` (bare or `public.`-qualified) names in the session's database.
+fn public_table(
+    s: &Session,
+    name: &datafusion::sql::sqlparser::ast::ObjectName,
+) -> Option<Arc<TableDef>> {
+    let table_name = match name.0.as_slice() {
+        [p] => p.as_ident().map(fold),
+        [schema, p] if schema.as_ident().map(fold).as_deref() == Some("public") => {
+            p.as_ident().map(fold)
+        }
+        _ => None,
+    }?;
+    s.engine
+        .catalog()
+        .snapshot()
+        .table(&s.db, &table_name)
+        .ok()
+        .cloned()
+}
+
 /// `INSERT INTO t VALUES (…)` or `INSERT INTO t SELECT …` with fewer values than
 /// `t` has columns and no column list: PostgreSQL fills the leading columns (the
 /// others take their defaults). The column list is written out so the planner does.
@@ -337,18 +357,7 @@ pub fn leading_columns(s: &Session, ins: &mut Insert) {
         }
         _ => None,
     };
-    let table_name = match name.0.as_slice() {
-        [p] => p.as_ident().map(fold),
-        [schema, p] if schema.as_ident().map(fold).as_deref() == Some("public") => {
-            p.as_ident().map(fold)
-        }
-        _ => None,
-    };
-    let (Some(width), Some(table_name)) = (width, table_name) else {
-        return;
-    };
-    let manifest = s.engine.catalog().snapshot();
-    let Ok(table) = manifest.table(&s.db, &table_name) else {
+    let (Some(width), Some(table)) = (width, public_table(s, name)) else {
         return;
     };
     if width == 0 || width >= table.columns.len() {
@@ -380,20 +389,10 @@ pub async fn try_fast_insert(s: &Session, ins: &Insert) -> Result<Option<u64>> {
     let SetExpr::Values(values) = src.body.as_ref() else {
         return Ok(None);
     };
-    let table_name = match name.0.as_slice() {
-        [p] => p.as_ident().map(fold),
-        [schema, p] if schema.as_ident().map(fold).as_deref() == Some("public") => {
-            p.as_ident().map(fold)
-        }
-        _ => None,
-    };
-    let Some(table_name) = table_name else {
+    let Some(table) = public_table(s, name) else {
         return Ok(None);
     };
-    let manifest = s.engine.catalog().snapshot();
-    let Ok(table) = manifest.table(&s.db, &table_name) else {
-        return Ok(None);
-    };
+    let table = &table;
     let mut columns = vec![];
     for c in &ins.columns {
         let [p] = c.0.as_slice() else { return Ok(None) };

@@ -437,19 +437,8 @@ impl ScalarUDFImpl for JsonFn {
                     let value = if object {
                         let mut pairs = vec![];
                         for kv in cols.chunks(2) {
-                            let key = match &kv[0][i] {
-                                Some(Node {
-                                    value: Value::Str(s) | Value::Num(s),
-                                    ..
-                                }) => s.clone(),
-                                Some(other) => other.jsonb_text(),
-                                None => {
-                                    return Err(sql_error(
-                                        "22004",
-                                        "null value not allowed for object key",
-                                    ));
-                                }
-                            };
+                            let key =
+                                object_key(&kv[0][i], "null value not allowed for object key")?;
                             pairs.push((key, kv[1][i].clone().unwrap_or(Value::Null.into())));
                         }
                         Value::Obj(pairs)
@@ -725,6 +714,19 @@ fn iso_time(t: &str) -> String {
     s
 }
 
+/// An object key from a SQL value: a string's or number's text, else its JSON
+/// text; NULL is 22004 with PostgreSQL's message `null`.
+fn object_key(v: &Option<Node>, null: &str) -> Result<String> {
+    match v {
+        Some(Node {
+            value: Value::Str(s) | Value::Num(s),
+            ..
+        }) => Ok(s.clone()),
+        Some(other) => Ok(other.jsonb_text()),
+        None => Err(sql_error("22004", null)),
+    }
+}
+
 /// The text of a built value: `jsonb` normalized, `json` as PostgreSQL's builders
 /// write it (`{"a" : 1}` for json_build_object, rows and arrays compact).
 fn render(v: &Node, kind: Kind) -> String {
@@ -827,16 +829,7 @@ impl Accumulator for JsonAccumulator {
         let rows = values.first().map_or(0, |a| a.len());
         for i in 0..rows {
             if self.object {
-                let key = match &cols[0][i] {
-                    Some(Node {
-                        value: Value::Str(s) | Value::Num(s),
-                        ..
-                    }) => s.clone(),
-                    Some(other) => other.jsonb_text(),
-                    None => {
-                        return Err(sql_error("22004", "field name must not be null"));
-                    }
-                };
+                let key = object_key(&cols[0][i], "field name must not be null")?;
                 self.items.push(key);
             }
             let v = cols
