@@ -2,6 +2,7 @@
 //! hypertable settings, retention policies and chunk files. Each one is a single
 //! atomic manifest update; nothing outside this module edits a manifest.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::{
@@ -799,4 +800,119 @@ fn apply_edits(
     files.extend(added);
     tm.files = files;
     Ok(())
+}
+
+/// A table's definition as DDL changes it: everything but its rows' state (files,
+/// the invalidation log, dropped ranges, which chunks are compressed).
+fn definition(t: &TableDef) -> serde_json::Value {
+    let mut d = t.without_files();
+    d.invalidations.clear();
+    d.dropped.clear();
+    if let Some(c) = d.compression.as_mut() {
+        c.compressed_chunks.clear();
+    }
+    serde_json::to_value(&d).unwrap_or(serde_json::Value::Null)
+}
+
+/// `before`'s definition of a table, with the rows' state `now` has.
+fn with_state_of(before: &TableDef, now: &TableDef) -> TableDef {
+    let mut t = before.clone();
+    t.files = now.files.clone();
+    t.invalidations = now.invalidations.clone();
+    t.dropped = now.dropped.clone();
+    // A continuous aggregate keeps its refresh state; its settings go back.
+    t.cagg = match (&before.cagg, &now.cagg) {
+        (Some(b), Some(n)) => {
+            let mut c = n.clone();
+            c.policy = b.policy.clone();
+            c.materialized_only = b.materialized_only;
+            Some(c)
+        }
+        (_, n) => n.clone(),
+    };
+    if let Some(c) = t.compression.as_mut() {
+        c.compressed_chunks = now
+            .compression
+            .as_ref()
+            .map(|n| n.compressed_chunks.clone())
+            .unwrap_or_default();
+    }
+    t
+}
+
+/// Puts the entries of `now` that differ between `before` and `after` back as
+/// `before` had them (absent there: removed).
+fn revert_entries<V: Clone + PartialEq>(
+    now: &mut BTreeMap<String, V>,
+    before: &BTreeMap<String, V>,
+    after: &BTreeMap<String, V>,
+) {
+    let keys: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    for k in keys {
+        if before.get(k) == after.get(k) {
+            continue;
+        }
+        match before.get(k) {
+            Some(v) => now.insert(k.clone(), v.clone()),
+            None => now.remove(k),
+        };
+    }
+}
+
+impl Catalog {
+    /// ROLLBACK of DDL a transaction block ran: every definition a statement changed
+    /// (from `before` to `after`: tables' definitions and names, views, owners,
+    /// roles and their grants) is put back as `before` had it, while rows and files
+    /// stay as they are now. Returns the tables the statement created, for the
+    /// caller to drop with their files; a table it removed cannot come back (such
+    /// DDL is not run in a block) and is only logged.
+    pub fn revert_definitions(
+        &self,
+        db: &str,
+        before: &Manifest,
+        after: &Manifest,
+    ) -> Result<Vec<String>> {
+        let (Ok(b), Ok(a)) = (before.database(db), after.database(db)) else {
+            return Ok(vec![]);
+        };
+        let by_id = |d: &DatabaseDef| -> BTreeMap<u64, Arc<TableDef>> {
+            d.tables.values().map(|t| (t.id, t.clone())).collect()
+        };
+        let (b_tables, a_tables) = (by_id(b), by_id(a));
+        let created: Vec<String> = a_tables
+            .iter()
+            .filter(|(id, _)| !b_tables.contains_key(id))
+            .map(|(_, t)| t.name.clone())
+            .collect();
+        for (id, t) in &b_tables {
+            if !a_tables.contains_key(id) {
+                tracing::warn!(table = %t.name, "a rolled-back statement removed a table: it cannot come back");
+            }
+        }
+        self.update(|m| {
+            let current = by_id(m.database(db)?);
+            for (id, old) in &b_tables {
+                let Some(new) = a_tables.get(id) else {
+                    continue;
+                };
+                if old.name == new.name && definition(old) == definition(new) {
+                    continue;
+                }
+                let Some(now) = current.get(id) else { continue };
+                let restored = Arc::new(with_state_of(old, now));
+                let d = m.database_mut(db)?;
+                d.tables.remove(&now.name);
+                d.tables.insert(old.name.clone(), restored);
+            }
+            let d = m.database_mut(db)?;
+            revert_entries(&mut d.views, &b.views, &a.views);
+            revert_entries(&mut d.owners, &b.owners, &a.owners);
+            if b.connect_revoked != a.connect_revoked {
+                d.connect_revoked = b.connect_revoked;
+            }
+            revert_entries(&mut m.roles, &before.roles, &after.roles);
+            Ok(())
+        })?;
+        Ok(created)
+    }
 }

@@ -19,8 +19,10 @@ use datafusion::sql::sqlparser::ast::{self, FunctionArg, FunctionArgExpr};
 use futures::TryStreamExt;
 
 use super::signatures::{Ret, SPECS, Spec};
+use super::tx::BlockDdl;
 use super::{Output, Session};
 use crate::engine::Engine;
+use crate::engine::tx::Staging;
 use crate::error::{Error, Result};
 
 /// Who a call runs as: the engine, the database and the role of the calling session.
@@ -29,6 +31,9 @@ struct Caller {
     engine: Arc<Engine>,
     db: String,
     user: String,
+    /// The calling session's block: a call that changes definitions inside it is
+    /// recorded for ROLLBACK.
+    block: Option<(Arc<Staging>, Arc<BlockDdl>)>,
 }
 
 impl Caller {
@@ -49,15 +54,16 @@ impl Caller {
         // The call runs on a session of its own (the calling one is busy running
         // this plan), as the calling role, in the same database.
         let s = Session::new(self.engine.clone(), &self.db, &self.user, 0)?;
-        let out = match spec.name {
-            "compress_chunk" | "decompress_chunk" => {
-                super::compression::chunk_fn(&s, spec.name, &fargs).await?
-            }
-            "add_compression_policy" | "remove_compression_policy" => {
-                super::compression::call(&s, spec.name, &fargs).await?
-            }
-            other => super::chunks::call(&s, other, &fargs).await?,
-        };
+        let recorded = self
+            .block
+            .as_ref()
+            .filter(|(staging, _)| staging.in_block() && spec.name != "show_chunks")
+            .map(|(_, ddl)| (ddl, self.engine.catalog().snapshot()));
+        let out = self.call(&s, spec, &fargs).await;
+        if let Some((ddl, before)) = recorded {
+            ddl.record(before, self.engine.catalog());
+        }
+        let out = out?;
         let Output::Rows(_, stream) = out else {
             return Err(Error::Internal(format!("{} returned no rows", spec.name)));
         };
@@ -73,6 +79,19 @@ impl Caller {
         } else {
             arrow::compute::concat(&refs)?
         })
+    }
+
+    /// Runs the management function `spec` on session `s`.
+    async fn call(&self, s: &Session, spec: &Spec, fargs: &[FunctionArg]) -> Result<Output> {
+        match spec.name {
+            "compress_chunk" | "decompress_chunk" => {
+                super::compression::chunk_fn(s, spec.name, fargs).await
+            }
+            "add_compression_policy" | "remove_compression_policy" => {
+                super::compression::call(s, spec.name, fargs).await
+            }
+            other => super::chunks::call(s, other, fargs).await,
+        }
     }
 
     /// The rows of `spec` called once with `values`, as its table function gives them.
@@ -257,11 +276,13 @@ pub fn register(
     engine: &Arc<Engine>,
     db: &str,
     user: &str,
+    block: Option<(Arc<Staging>, Arc<BlockDdl>)>,
 ) {
     let caller = Caller {
         engine: engine.clone(),
         db: db.to_string(),
         user: user.to_string(),
+        block,
     };
     for spec in SPECS {
         let f = CallFn {

@@ -196,7 +196,7 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             }
             Ok(Output::Command("DROP TABLE".into()))
         }
-        Statement::AlterTable(at) => alter_table(s, at),
+        Statement::AlterTable(at) => alter_table(s, at).await,
         Statement::CreateView(cv) => super::views::create(s, cv).await,
         Statement::Drop {
             object_type: ObjectType::View,
@@ -685,7 +685,7 @@ fn default_time_column(columns: &[ColumnDef]) -> Option<String> {
         .map(|c| c.name.clone())
 }
 
-fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
+async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
     let name = args::table_name(&at.name)?;
     // ALTER MATERIALIZED VIEW … SET (…), as the pre-pass handed it over.
     if let [AlterTableOperation::SetOptionsParens { options }] = at.operations.as_slice()
@@ -703,7 +703,7 @@ fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
     }
     // Checked in statement order by the catalog: a bad definition or an
     // unsupported operation fails the statement where it stands.
-    let columns = at
+    let columns: Vec<Result<(ColumnDef, bool)>> = at
         .operations
         .iter()
         .map(|op| match op {
@@ -718,10 +718,62 @@ fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
         })
         .collect();
     let in_memory = has_rows_in_memory(s, &name);
+    let before = s.engine.catalog().snapshot();
+    let added: Vec<ColumnDef> = columns
+        .iter()
+        .filter_map(|c| c.as_ref().ok())
+        .filter(|(c, _)| {
+            before
+                .table(&s.db, &name)
+                .is_ok_and(|t| t.column(&c.name).is_none())
+        })
+        .map(|(c, _)| c.clone())
+        .collect();
     s.engine
         .catalog()
         .add_columns(&s.db, &name, at.if_exists, columns, in_memory)?;
+    fill_added_defaults(s, &name, &added).await?;
     Ok(Output::Command("ALTER TABLE".into()))
+}
+
+/// Rows a table had before `ADD COLUMN … DEFAULT x` read `x` in the new column, as
+/// PostgreSQL gives them: the default is written into them (one UPDATE, staged in
+/// a block like the ALTER itself).
+async fn fill_added_defaults(s: &Session, table: &str, added: &[ColumnDef]) -> Result<()> {
+    let sets: Vec<String> = added
+        .iter()
+        .filter_map(|c| {
+            let d = c.default.as_deref()?;
+            (!d.trim().eq_ignore_ascii_case("null"))
+                .then(|| format!("{} = {d}", crate::pgident::quote_ident(&c.name)))
+        })
+        .collect();
+    if sets.is_empty() {
+        return Ok(());
+    }
+    let has_rows = s
+        .engine
+        .catalog()
+        .snapshot()
+        .table(&s.db, table)
+        .is_ok_and(|t| !t.files.is_empty())
+        || has_rows_in_memory(s, table)
+        || s.staging.in_block();
+    if !has_rows {
+        return Ok(());
+    }
+    let sql = format!(
+        "UPDATE {} SET {}",
+        crate::pgident::quote_ident(table),
+        sets.join(", ")
+    );
+    match super::parse(&sql)?.as_slice() {
+        [Statement::Update(u)] => {
+            Box::pin(super::update::update(s, u)).await?;
+            Ok(())
+        }
+        _ => Err(Error::Internal(format!("cannot fill defaults: {sql}"))),
+    }
 }
 
 fn interval_arg(e: &Expr) -> Result<i64> {

@@ -179,6 +179,9 @@ pub struct Session {
     pub staging: Arc<crate::engine::tx::Staging>,
     /// Savepoints, the aborted state, tables created in the block.
     tx: parking_lot::Mutex<tx::TxState>,
+    /// The DDL the open block ran (ROLLBACK undoes it), shared with `ctx`'s
+    /// management functions.
+    block_ddl: Arc<tx::BlockDdl>,
     /// Open cursors (DECLARE ... CURSOR).
     pub cursors: cursor::Cursors,
     /// The role this session logged in as.
@@ -1003,7 +1006,14 @@ impl Session {
         ctx.add_analyzer_rule(lateral::rule());
         chunks::register(&ctx, &engine, db);
         compression::register(&ctx, &engine, db);
-        calls::register(&ctx, &engine, db, user);
+        let block_ddl = Arc::new(tx::BlockDdl::default());
+        calls::register(
+            &ctx,
+            &engine,
+            db,
+            user,
+            Some((staging.clone(), block_ddl.clone())),
+        );
         pg_catalog::functions::register(&ctx, cat);
         let plans = engine.shared();
         let session = Session {
@@ -1017,6 +1027,7 @@ impl Session {
             small_scan_rows: Default::default(),
             staging,
             tx: Default::default(),
+            block_ddl,
             cursors: Default::default(),
             user: user.to_string(),
         };
@@ -1073,7 +1084,9 @@ impl Session {
             return Ok(());
         }
         for (name, table) in signatures::writing_calls(stmt) {
-            if !table.is_some_and(|t| self.is_created_in_block(&t.to_ascii_lowercase())) {
+            if !tx::DEFINITION_CALLS.contains(&name)
+                && !table.is_some_and(|t| self.is_created_in_block(&t.to_ascii_lowercase()))
+            {
                 self.check_ddl_in_block(name)?;
             }
         }
@@ -1724,6 +1737,14 @@ impl Session {
         if let Some(out) = set? {
             return Ok(out);
         }
+        if self.staging.in_block() && tx::changes_definitions(stmt) {
+            return self.run_recorded(self.execute_ddl(stmt)).await;
+        }
+        self.execute_ddl(stmt).await
+    }
+
+    /// The DDL part of [`Session::execute_native`]: roles, grants, tables, views.
+    async fn execute_ddl(&self, stmt: &Statement) -> Result<Output> {
         if roles::handles(stmt) {
             self.plans.clear();
             return roles::execute(self, stmt);

@@ -10,7 +10,7 @@ use arrow::array::RecordBatch;
 use datafusion::sql::sqlparser::ast::{self, Statement};
 
 use super::{Output, Session};
-use crate::catalog::{DROPPED_PREFIX, TableDef};
+use crate::catalog::{DROPPED_PREFIX, Manifest, TableDef};
 use crate::engine::TableChange;
 use crate::engine::tx::StagedOp;
 use crate::error::{Error, Result};
@@ -63,6 +63,30 @@ enum Undo {
         column: String,
         nullable: bool,
     },
+    /// DDL that changed only definitions (ALTER TABLE, views, indexes, grants,
+    /// roles, policies): ROLLBACK puts back what it changed from `before` to `after`.
+    Definitions {
+        before: Arc<Manifest>,
+        after: Arc<Manifest>,
+    },
+}
+
+/// The DDL an open block ran, newest last: shared with the management functions a
+/// query of the block calls (they run on a session of their own).
+#[derive(Debug, Default)]
+pub struct BlockDdl {
+    undo: parking_lot::Mutex<Vec<Undo>>,
+}
+
+impl BlockDdl {
+    /// Notes that a statement of the block changed definitions from `before` to
+    /// the catalog's current ones.
+    pub fn record(&self, before: Arc<Manifest>, catalog: &crate::catalog::Catalog) {
+        let after = catalog.snapshot();
+        if !Arc::ptr_eq(&before, &after) {
+            self.undo.lock().push(Undo::Definitions { before, after });
+        }
+    }
 }
 
 /// Per-session transaction state beyond the staged writes.
@@ -70,8 +94,10 @@ enum Undo {
 pub struct TxState {
     aborted: bool,
     savepoints: Vec<Savepoint>,
-    undo: Vec<Undo>,
     set_in_block: SetInBlock,
+    /// The statement running is DDL whose definitions [`Undo::Definitions`] puts
+    /// back: the block may hold it.
+    recording: bool,
 }
 
 /// Whether `stmt` ends or repairs a failed block (accepted in the aborted state).
@@ -98,6 +124,12 @@ impl Session {
         }
     }
 
+    /// A new block: no savepoints, no DDL, not aborted.
+    fn reset_block(&self) {
+        *self.tx.lock() = TxState::default();
+        self.block_ddl.undo.lock().clear();
+    }
+
     /// Records that a statement failed: inside a block, the block is now aborted.
     pub fn note_error(&self) {
         if self.staging.in_block() {
@@ -118,7 +150,7 @@ impl Session {
     /// several writes (PostgreSQL runs such a message as one transaction).
     pub fn begin_implicit(&self) {
         self.staging.begin();
-        *self.tx.lock() = TxState::default();
+        self.reset_block();
     }
 
     /// Ends the implicit transaction: commits it when every statement succeeded,
@@ -150,7 +182,7 @@ impl Session {
     /// Inside a block: refuses DDL that ROLLBACK could not undo (25001), before it
     /// changes anything, as PostgreSQL refuses `CREATE DATABASE` in a block.
     pub fn check_ddl_in_block(&self, what: &str) -> Result<()> {
-        if self.staging.in_block() {
+        if self.staging.in_block() && !self.tx.lock().recording {
             return Err(Error::sql(
                 "25001",
                 format!(
@@ -161,17 +193,34 @@ impl Session {
         Ok(())
     }
 
+    /// Runs `stmt`, DDL [`changes_definitions`] accepts, inside the open block:
+    /// ROLLBACK puts back the definitions it changed (even when it fails part way).
+    pub(crate) async fn run_recorded<T>(
+        &self,
+        run: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let before = self.engine.catalog().snapshot();
+        self.tx.lock().recording = true;
+        let out = run.await;
+        self.tx.lock().recording = false;
+        self.block_ddl.record(before, self.engine.catalog());
+        out
+    }
+
     /// Remembers a table created inside the block (ROLLBACK drops it).
     pub fn created_in_block(&self, name: &str) {
         if self.staging.in_block() {
-            self.tx.lock().undo.push(Undo::Created(name.to_string()));
+            self.block_ddl
+                .undo
+                .lock()
+                .push(Undo::Created(name.to_string()));
         }
     }
 
     /// Remembers a table the block made a hypertable (ROLLBACK makes it plain).
     pub fn made_hypertable_in_block(&self, name: &str, column: &str, nullable: bool) {
         if self.staging.in_block() {
-            self.tx.lock().undo.push(Undo::MadeHypertable {
+            self.block_ddl.undo.lock().push(Undo::MadeHypertable {
                 name: name.to_string(),
                 column: column.to_string(),
                 nullable,
@@ -183,9 +232,9 @@ impl Session {
     pub fn is_created_in_block(&self, name: &str) -> bool {
         self.staging.in_block()
             && self
-                .tx
-                .lock()
+                .block_ddl
                 .undo
+                .lock()
                 .iter()
                 .any(|u| matches!(u, Undo::Created(n) if n == name))
     }
@@ -208,7 +257,7 @@ impl Session {
         self.engine
             .catalog()
             .rename_table(&self.db, name, &hidden)?;
-        self.tx.lock().undo.push(Undo::Dropped {
+        self.block_ddl.undo.lock().push(Undo::Dropped {
             hidden,
             name: name.to_string(),
         });
@@ -223,7 +272,7 @@ impl Session {
                     tracing::debug!("BEGIN inside a transaction block: already in one");
                 } else {
                     self.staging.begin();
-                    *self.tx.lock() = TxState::default();
+                    self.reset_block();
                 }
                 Output::TxStart(if *begin { "BEGIN" } else { "START TRANSACTION" }.into())
             }
@@ -258,7 +307,7 @@ impl Session {
                 let mark = self.staging.mark();
                 let settings = self.settings.read().clone();
                 let mut tx = self.tx.lock();
-                let undo = tx.undo.len();
+                let undo = self.block_ddl.undo.lock().len();
                 let set_in_block = tx.set_in_block.clone();
                 tx.savepoints.push(Savepoint {
                     name: name.value.clone(),
@@ -288,7 +337,7 @@ impl Session {
         self.cursors.end_of_block().await;
         if chain {
             self.staging.begin();
-            *self.tx.lock() = TxState::default();
+            self.reset_block();
             Output::TxStart(tag.into())
         } else {
             Output::TxEnd(tag.into())
@@ -307,7 +356,7 @@ impl Session {
             let sp = tx.savepoints[i].clone();
             tx.savepoints.truncate(i + 1);
             tx.aborted = false;
-            let undo = tx.undo.split_off(sp.undo);
+            let undo = self.block_ddl.undo.lock().split_off(sp.undo);
             let changed = tx.set_in_block.before.is_some();
             tx.set_in_block = sp.set_in_block;
             (sp.mark, undo, changed.then_some(sp.settings))
@@ -375,8 +424,9 @@ impl Session {
     async fn discard(&self) {
         self.staging.finish();
         let state = std::mem::take(&mut *self.tx.lock());
+        let undo = std::mem::take(&mut *self.block_ddl.undo.lock());
         self.end_settings(state.set_in_block, false);
-        self.undo(state.undo).await;
+        self.undo(undo).await;
     }
 
     /// Undoes DDL, newest first.
@@ -398,6 +448,24 @@ impl Session {
                     .engine
                     .catalog()
                     .unmake_hypertable(&self.db, name, column, *nullable),
+                Undo::Definitions { before, after } => {
+                    match self
+                        .engine
+                        .catalog()
+                        .revert_definitions(&self.db, before, after)
+                    {
+                        Ok(created) => {
+                            let mut r = Ok(());
+                            for t in created {
+                                if let Err(e) = self.engine.drop_table(&self.db, &t, true).await {
+                                    r = Err(e);
+                                }
+                            }
+                            r
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
             };
             if let Err(e) = r {
                 tracing::warn!(step = ?u, error = %e, "could not undo DDL of a rolled-back block");
@@ -423,7 +491,7 @@ impl Session {
     async fn commit(&self) -> Result<()> {
         let ops = self.staging.finish();
         let state = std::mem::take(&mut *self.tx.lock());
-        let undo = state.undo;
+        let undo = std::mem::take(&mut *self.block_ddl.undo.lock());
         match self.apply(ops).await {
             Ok(()) => {
                 self.end_settings(state.set_in_block, true);
@@ -435,7 +503,7 @@ impl Session {
                 self.staging.begin();
                 let mut tx = self.tx.lock();
                 tx.aborted = true;
-                tx.undo = undo;
+                *self.block_ddl.undo.lock() = undo;
                 tx.set_in_block = state.set_in_block;
                 Err(e)
             }
@@ -555,6 +623,49 @@ pub fn handles(stmt: &Statement) -> bool {
             | Statement::Savepoint { .. }
             | Statement::ReleaseSavepoint { .. }
     )
+}
+
+/// Management functions a block may call on any table: they change only
+/// definitions (policies), which ROLLBACK puts back.
+pub const DEFINITION_CALLS: [&str; 7] = [
+    "add_retention_policy",
+    "remove_retention_policy",
+    "add_compression_policy",
+    "remove_compression_policy",
+    "add_continuous_aggregate_policy",
+    "remove_continuous_aggregate_policy",
+    "set_chunk_time_interval",
+];
+
+/// DDL a block may hold because it changes only definitions, not rows or files:
+/// ROLLBACK puts back what it changed ([`Undo::Definitions`]). CREATE and DROP
+/// TABLE and create_hypertable have undo steps of their own.
+pub fn changes_definitions(stmt: &Statement) -> bool {
+    match stmt {
+        Statement::AlterTable(at) => !at.operations.iter().any(|op| {
+            matches!(op, ast::AlterTableOperation::SetOptionsParens { options }
+                if options.iter().any(|o| matches!(o, ast::SqlOption::KeyValue { key, .. }
+                    if key.value.eq_ignore_ascii_case(super::prepass::MATVIEW_MARK))))
+        }),
+        Statement::CreateIndex(ci) => !ci.concurrently,
+        Statement::Drop { object_type, .. } => matches!(
+            object_type,
+            ast::ObjectType::Index | ast::ObjectType::View | ast::ObjectType::Role
+        ),
+        Statement::CreateView(cv) => !cv.materialized,
+        Statement::Grant(_)
+        | Statement::Revoke(_)
+        | Statement::CreateRole(_)
+        | Statement::AlterRole { .. } => true,
+        Statement::Call(f) => {
+            let n = f.name.to_string().to_ascii_lowercase();
+            let n = n.trim_start_matches("public.");
+            n == "add_columnstore_policy" || n == "remove_columnstore_policy"
+        }
+        Statement::Query(_) => super::ddl::management_call(stmt)
+            .is_some_and(|(name, _)| DEFINITION_CALLS.contains(&name.as_str())),
+        _ => false,
+    }
 }
 
 /// The name DDL refused in a block goes by in the error.
