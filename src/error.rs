@@ -52,6 +52,14 @@ pub enum Error {
     /// A user error with an explicit SQLSTATE.
     #[error("{message}")]
     Sql { code: &'static str, message: String },
+    /// A user error with an explicit SQLSTATE and PostgreSQL's DETAIL / HINT lines.
+    #[error("{message}")]
+    Detailed {
+        code: &'static str,
+        message: String,
+        detail: Option<String>,
+        hint: Option<String>,
+    },
     #[error("{0}")]
     Parse(String),
     #[error(transparent)]
@@ -103,6 +111,46 @@ impl Error {
         }
     }
 
+    /// A user error with a DETAIL line.
+    pub fn sql_detail(
+        code: &'static str,
+        message: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> Error {
+        Error::Detailed {
+            code,
+            message: message.into(),
+            detail: Some(detail.into()),
+            hint: None,
+        }
+    }
+
+    /// A user error with DETAIL and HINT lines.
+    pub fn sql_detail_hint(
+        code: &'static str,
+        message: impl Into<String>,
+        detail: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> Error {
+        Error::Detailed {
+            code,
+            message: message.into(),
+            detail: Some(detail.into()),
+            hint: Some(hint.into()),
+        }
+    }
+
+    /// The HINT line a client sees.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Error::Detailed { hint, .. } => hint.clone(),
+            Error::DataFusion(DataFusionError::External(inner)) => {
+                inner.downcast_ref::<Error>().and_then(Error::hint)
+            }
+            _ => None,
+        }
+    }
+
     /// The PostgreSQL SQLSTATE for this error.
     pub fn sqlstate(&self) -> &'static str {
         match self {
@@ -119,7 +167,7 @@ impl Error {
             Error::UndefinedColumn(_) => "42703",
             Error::DuplicateColumn(_) => "42701",
             Error::NotSupported(_) => "0A000",
-            Error::Sql { code, .. } => code,
+            Error::Sql { code, .. } | Error::Detailed { code, .. } => code,
             Error::Parse(_) => "42601",
             Error::DataFusion(e) => datafusion_sqlstate(e),
             Error::Arrow(e) => arrow_sqlstate(e),
@@ -402,6 +450,7 @@ impl Error {
     pub fn detail(&self) -> Option<String> {
         match self {
             Error::Unique { detail, .. } => Some(detail.clone()),
+            Error::Detailed { detail, .. } => detail.clone(),
             Error::DataFusion(e) => df_detail(e),
             _ => None,
         }

@@ -53,6 +53,8 @@ struct DatabaseHead {
     views: BTreeMap<String, ViewDef>,
     owners: BTreeMap<String, String>,
     connect_revoked: bool,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    sequences: BTreeMap<String, super::sequences::SequenceDef>,
 }
 
 impl DatabaseHead {
@@ -62,6 +64,7 @@ impl DatabaseHead {
             views: d.views.clone(),
             owners: d.owners.clone(),
             connect_revoked: d.connect_revoked,
+            sequences: d.sequences.clone(),
         }
     }
 
@@ -70,6 +73,7 @@ impl DatabaseHead {
             && a.views == b.views
             && a.owners == b.owners
             && a.connect_revoked == b.connect_revoked
+            && a.sequences == b.sequences
     }
 }
 
@@ -144,6 +148,7 @@ impl Delta {
                         d.views = h.views;
                         d.owners = h.owners;
                         d.connect_revoked = h.connect_revoked;
+                        d.sequences = h.sequences;
                     }
                     d
                 }
@@ -153,6 +158,7 @@ impl Delta {
                     views: h.views,
                     owners: h.owners,
                     connect_revoked: h.connect_revoked,
+                    sequences: h.sequences,
                 }),
                 (None, None) => {
                     return Err(Error::Catalog(format!(

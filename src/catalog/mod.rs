@@ -9,6 +9,7 @@ mod log;
 pub mod migrate;
 mod ops;
 pub mod roles;
+pub mod sequences;
 pub mod types;
 
 use std::collections::BTreeMap;
@@ -66,6 +67,9 @@ pub struct DatabaseDef {
     /// connect.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub connect_revoked: bool,
+    /// Sequences (`CREATE SEQUENCE`, `serial` and identity columns), by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sequences: BTreeMap<String, sequences::SequenceDef>,
 }
 
 /// A plain view: its query as (normalized) SQL text and its column names.
@@ -236,6 +240,27 @@ pub struct ColumnDef {
     /// `DEFAULT` expression as SQL text (a literal, `now()` or `current_timestamp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<String>,
+    /// `GENERATED { ALWAYS | BY DEFAULT } AS IDENTITY`: values come from its sequence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<sequences::Identity>,
+}
+
+impl ColumnDef {
+    /// The default an INSERT that omits the column uses, as SQL: its `DEFAULT`, or
+    /// its identity sequence's `nextval`.
+    pub fn insert_default(&self) -> Option<String> {
+        match &self.identity {
+            Some(i) => Some(format!("nextval('{}')", i.sequence.replace('\'', "''"))),
+            // `nextval('s'::regclass)` as PostgreSQL shows it; the sequence by name
+            // when an INSERT uses it.
+            None => match self.default.as_deref() {
+                Some(d) if d.starts_with("nextval('") && d.ends_with("'::regclass)") => {
+                    Some(format!("{})", &d[..d.len() - "::regclass)".len()]))
+                }
+                other => other.map(str::to_string),
+            },
+        }
+    }
 }
 
 /// One immutable Parquet file of a chunk.
@@ -429,6 +454,7 @@ impl Manifest {
                     views: BTreeMap::new(),
                     owners: BTreeMap::new(),
                     connect_revoked: false,
+                    sequences: Default::default(),
                 },
             );
         }
@@ -478,6 +504,8 @@ pub struct Catalog {
     dir: PathBuf,
     data_dir: PathBuf,
     current: RwLock<Arc<Manifest>>,
+    /// Sequences' positions between the catalog writes that log them ahead.
+    positions: sequences::Positions,
     /// Held by the one writer; the change log it appends to.
     writer: Mutex<log::Log>,
 }
@@ -538,6 +566,7 @@ impl Catalog {
             dir: dir.clone(),
             data_dir: data_dir.to_path_buf(),
             current: RwLock::new(Arc::new(manifest.clone())),
+            positions: Default::default(),
             writer: Mutex::new(log::Log::new(&dir, generation, text_len(&path))),
         };
         if changed {
@@ -632,6 +661,7 @@ mod tests {
                 sql_type: SqlType::Timestamptz,
                 nullable: false,
                 default: None,
+                identity: None,
             }],
             time_column: Some("time".into()),
             chunk_interval_micros: Some(86_400_000_000),

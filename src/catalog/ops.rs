@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::sequences::SequenceDef;
 use super::{
     Catalog, ColumnDef, DatabaseDef, FileMeta, Manifest, Retention, SqlType, TableDef, ViewDef,
 };
@@ -130,6 +131,7 @@ impl Catalog {
                     views: Default::default(),
                     owners: Default::default(),
                     connect_revoked: false,
+                    sequences: Default::default(),
                 },
             );
             Ok(true)
@@ -147,14 +149,37 @@ impl Catalog {
 
     /// Creates a table; `Ok(false)` when it exists and `if_not_exists`.
     pub fn create_table(&self, db: &str, table: NewTable, if_not_exists: bool) -> Result<bool> {
+        self.create_table_with_sequences(db, table, vec![], if_not_exists)
+    }
+
+    /// Creates a table and the sequences of its serial and identity columns in
+    /// one step; `Ok(false)` when it exists and `if_not_exists`.
+    pub fn create_table_with_sequences(
+        &self,
+        db: &str,
+        table: NewTable,
+        sequences: Vec<SequenceDef>,
+        if_not_exists: bool,
+    ) -> Result<bool> {
         self.update(|m| {
             let id = m.alloc_id();
+            let ids: Vec<u64> = sequences.iter().map(|_| m.alloc_id()).collect();
             let d = m.database_mut(db)?;
-            if d.tables.contains_key(&table.name) || d.views.contains_key(&table.name) {
+            let taken = |n: &str| {
+                d.tables.contains_key(n) || d.views.contains_key(n) || d.sequences.contains_key(n)
+            };
+            if taken(&table.name) {
                 if if_not_exists {
                     return Ok(false);
                 }
                 return Err(Error::DuplicateTable(table.name));
+            }
+            if let Some(s) = sequences.iter().find(|s| taken(&s.name)) {
+                return Err(Error::DuplicateTable(s.name.clone()));
+            }
+            for (mut s, id) in sequences.into_iter().zip(ids) {
+                s.id = id;
+                d.sequences.insert(s.name.clone(), s);
             }
             d.tables
                 .insert(table.name.clone(), Arc::new(table.build(id)));
@@ -176,6 +201,9 @@ impl Catalog {
             }
             match d.tables.remove(name) {
                 Some(t) => {
+                    // Sequences its columns own go with it.
+                    d.sequences
+                        .retain(|_, s| s.owned_by.as_ref().is_none_or(|(owner, _)| owner != name));
                     super::roles::forget_relation(m, db, name);
                     Ok(Some(t))
                 }
@@ -859,6 +887,30 @@ fn revert_entries<V: Clone + PartialEq>(
     }
 }
 
+/// [`revert_entries`] for sequences: a definition goes back, but a sequence never
+/// goes back to a value it may have handed out since.
+fn revert_sequences(
+    now: &mut BTreeMap<String, SequenceDef>,
+    before: &BTreeMap<String, SequenceDef>,
+    after: &BTreeMap<String, SequenceDef>,
+) {
+    let current = now.clone();
+    revert_entries(now, before, after);
+    for (name, s) in now.iter_mut() {
+        if let Some(c) = current.get(name).filter(|c| c.id == s.id) {
+            let ahead = if s.increment > 0 {
+                c.last_value > s.last_value
+            } else {
+                c.last_value < s.last_value
+            };
+            if ahead {
+                s.last_value = c.last_value;
+                s.is_called = c.is_called;
+            }
+        }
+    }
+}
+
 impl Catalog {
     /// ROLLBACK of DDL a transaction block ran: every definition a statement changed
     /// (from `before` to `after`: tables' definitions and names, views, owners,
@@ -907,12 +959,21 @@ impl Catalog {
             let d = m.database_mut(db)?;
             revert_entries(&mut d.views, &b.views, &a.views);
             revert_entries(&mut d.owners, &b.owners, &a.owners);
+            revert_sequences(&mut d.sequences, &b.sequences, &a.sequences);
             if b.connect_revoked != a.connect_revoked {
                 d.connect_revoked = b.connect_revoked;
             }
             revert_entries(&mut m.roles, &before.roles, &after.roles);
             Ok(())
         })?;
+        let changed: Vec<u64> = b
+            .sequences
+            .iter()
+            .chain(a.sequences.iter())
+            .filter(|(n, _)| b.sequences.get(*n) != a.sequences.get(*n))
+            .map(|(_, q)| q.id)
+            .collect();
+        self.forget_sequence_positions(&changed);
         Ok(created)
     }
 }

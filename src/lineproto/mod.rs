@@ -948,6 +948,7 @@ fn ensure_tables(
                     sql_type: SqlType::Timestamptz,
                     nullable: false,
                     default: None,
+                    identity: None,
                 }],
                 time_column: Some("time".into()),
                 chunk_interval_micros: Some(interval),
@@ -968,6 +969,7 @@ fn ensure_tables(
                             sql_type: kind.sql_type(),
                             nullable: true,
                             default: None,
+                            identity: None,
                         };
                         (def, *kind == Kind::Tag)
                     })

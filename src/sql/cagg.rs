@@ -183,6 +183,7 @@ pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
             sql_type,
             nullable: i != b.item,
             default: None,
+            identity: None,
         });
     }
     let bucket_column = columns[b.item].clone();

@@ -360,6 +360,11 @@ impl CopyIn {
         self.pending = buf;
     }
 
+    /// The table positions of the columns the data gives.
+    pub fn targets(&self) -> &[usize] {
+        &self.targets
+    }
+
     /// Ends the copy: the batch to write (in the table's schema) and its rows.
     pub fn finish(mut self) -> Result<(RecordBatch, u64)> {
         if let Some(e) = self.error.take() {
@@ -377,7 +382,7 @@ impl CopyIn {
             self.parse(&buf, true)?;
         }
         self.convert()?;
-        let schema = self.table.schema();
+        let schema = batch_schema(&self.table);
         let batch = arrow::compute::concat_batches(&schema, &self.batches)?;
         Ok((batch, self.rows))
     }
@@ -468,7 +473,7 @@ impl CopyIn {
         if n == 0 {
             return Ok(());
         }
-        let schema = self.table.schema();
+        let schema = batch_schema(&self.table);
         let mut cols: Vec<ArrayRef> = schema
             .fields()
             .iter()
@@ -926,6 +931,68 @@ fn write_csv_field(buf: &mut BytesMut, v: &str, f: &CopyFormat) {
         buf.put_u8(b);
     }
     buf.put_u8(f.quote);
+}
+
+/// The table's schema with every column nullable: columns a COPY does not give
+/// are NULL until their defaults fill them (NOT NULL is checked when written).
+fn batch_schema(table: &TableDef) -> SchemaRef {
+    let schema = table.schema();
+    let fields: Vec<arrow::datatypes::FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|f| Arc::new(f.as_ref().clone().with_nullable(true)))
+        .collect();
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
+}
+
+/// The columns a COPY does not give take their defaults, as PostgreSQL fills them:
+/// constants, `now()`, and a sequence's next values (one per row).
+pub fn with_defaults(
+    s: &Session,
+    table: &TableDef,
+    targets: &[usize],
+    batch: RecordBatch,
+) -> Result<RecordBatch> {
+    let n = batch.num_rows();
+    if n == 0 {
+        return Ok(batch);
+    }
+    let mut cols = batch.columns().to_vec();
+    let mut changed = false;
+    for (i, c) in table.columns.iter().enumerate() {
+        if targets.contains(&i) {
+            continue;
+        }
+        let Some(d) = c.insert_default() else {
+            continue;
+        };
+        let dt = c.sql_type.to_arrow();
+        let values: ArrayRef = match super::sequences::nextval_target(&d) {
+            Some(seq) => Arc::new(arrow::array::Int64Array::from(
+                s.engine.catalog().nextval(&s.db, &seq, n)?,
+            )),
+            None => {
+                let expr = crate::query::provider::default_expr(&d, &dt)?;
+                let empty = datafusion::common::DFSchema::empty();
+                let phys = s.ctx.state().create_physical_expr(expr, &empty)?;
+                let rows = RecordBatch::try_new_with_options(
+                    Arc::new(arrow::datatypes::Schema::empty()),
+                    vec![],
+                    &arrow::array::RecordBatchOptions::new().with_row_count(Some(n)),
+                )?;
+                phys.evaluate(&rows)?.into_array(n)?
+            }
+        };
+        cols[i] = crate::storage::cast_column(&values, &dt)?;
+        changed = true;
+    }
+    if !changed {
+        return Ok(batch);
+    }
+    Ok(RecordBatch::try_new(batch.schema(), cols)?)
 }
 
 #[cfg(test)]

@@ -10,9 +10,10 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::{
     self, AlterTableOperation, ColumnOption, CreateTableOptions, Expr, FunctionArg,
-    FunctionArguments, ObjectType, SelectItem, SetExpr, SqlOption, Statement,
+    FunctionArguments, GeneratedAs, ObjectType, SelectItem, SetExpr, SqlOption, Statement,
 };
 
+use super::sequences::Generated;
 use super::{Output, Session, args};
 use crate::catalog::{ColumnDef, NewTable, SqlType, check_time_column};
 use crate::error::{Error, Result};
@@ -31,13 +32,15 @@ pub fn handles(stmt: &Statement) -> bool {
         return true;
     }
     match stmt {
-        Statement::CreateTable(_) | Statement::CreateDatabase { .. } | Statement::AlterTable(_) => {
-            true
-        }
+        Statement::CreateTable(_)
+        | Statement::CreateDatabase { .. }
+        | Statement::AlterTable(_)
+        | Statement::CreateSequence { .. } => true,
         Statement::Drop { object_type, .. } => {
             matches!(
                 object_type,
                 ObjectType::Table
+                    | ObjectType::Sequence
                     | ObjectType::Database
                     | ObjectType::View
                     | ObjectType::MaterializedView
@@ -54,6 +57,54 @@ pub fn handles(stmt: &Statement) -> bool {
                 || super::maintenance::is_call(f)
         }
         other => super::views::handles(other),
+    }
+}
+
+/// Management functions a block may call on any table: they change only
+/// definitions (policies), which ROLLBACK puts back.
+pub const DEFINITION_CALLS: [&str; 7] = [
+    "add_retention_policy",
+    "remove_retention_policy",
+    "add_compression_policy",
+    "remove_compression_policy",
+    "add_continuous_aggregate_policy",
+    "remove_continuous_aggregate_policy",
+    "set_chunk_time_interval",
+];
+
+/// DDL a block may hold because it changes only definitions, not rows or files:
+/// ROLLBACK puts back what it changed (`tx::Undo::Definitions`). CREATE and DROP
+/// TABLE and create_hypertable have undo steps of their own.
+pub fn changes_definitions(stmt: &Statement) -> bool {
+    match stmt {
+        Statement::AlterTable(at) => !at.operations.iter().any(|op| {
+            matches!(op, ast::AlterTableOperation::SetOptionsParens { options }
+                if options.iter().any(|o| matches!(o, ast::SqlOption::KeyValue { key, .. }
+                    if key.value.eq_ignore_ascii_case(super::prepass::MATVIEW_MARK))))
+        }),
+        Statement::CreateIndex(ci) => !ci.concurrently,
+        Statement::Drop { object_type, .. } => matches!(
+            object_type,
+            ast::ObjectType::Index
+                | ast::ObjectType::View
+                | ast::ObjectType::Role
+                | ast::ObjectType::Sequence
+        ),
+        Statement::CreateSequence { .. } => true,
+        Statement::CreateView(cv) => !cv.materialized,
+        Statement::Grant(_)
+        | Statement::Revoke(_)
+        | Statement::CreateRole(_)
+        | Statement::AlterRole { .. } => true,
+        Statement::Call(f) => {
+            let n = f.name.to_string().to_ascii_lowercase();
+            let n = n.trim_start_matches("public.");
+            n == "add_columnstore_policy" || n == "remove_columnstore_policy"
+        }
+        Statement::Query(_) => {
+            management_call(stmt).is_some_and(|(name, _)| DEFINITION_CALLS.contains(&name.as_str()))
+        }
+        _ => false,
     }
 }
 
@@ -197,6 +248,14 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
             Ok(Output::Command("DROP TABLE".into()))
         }
         Statement::AlterTable(at) => alter_table(s, at).await,
+        Statement::CreateSequence { .. } => super::sequences::create(s, stmt),
+        Statement::Drop {
+            object_type: ObjectType::Sequence,
+            if_exists,
+            names,
+            cascade,
+            ..
+        } => super::sequences::drop(s, names, *if_exists, *cascade),
         Statement::CreateView(cv) => super::views::create(s, cv).await,
         Statement::Drop {
             object_type: ObjectType::View,
@@ -360,15 +419,48 @@ async fn drop_database(s: &Session, name: &str, if_exists: bool) -> Result<()> {
     Ok(())
 }
 
-fn column_def(c: &ast::ColumnDef) -> Result<ColumnDef> {
-    let sql_type = SqlType::parse(&c.data_type.to_string())?;
+fn column_def(c: &ast::ColumnDef) -> Result<(ColumnDef, Option<Generated>)> {
+    let serial = super::sequences::serial_type(&c.data_type);
+    let mut generated = serial.is_some().then_some(Generated::Serial);
+    let sql_type = match serial.clone() {
+        Some(t) => t,
+        None => SqlType::parse(&c.data_type.to_string())?,
+    };
     let mut nullable = true;
     let mut default = None;
     for o in &c.options {
         match &o.option {
             ColumnOption::Default(e) => {
-                crate::query::provider::default_expr(&e.to_string(), &sql_type.to_arrow())?;
-                default = Some(e.to_string());
+                let text = e.to_string();
+                match super::sequences::nextval_target(&text) {
+                    Some(seq) => {
+                        default = Some(format!("nextval('{}'::regclass)", seq.replace('\'', "''")))
+                    }
+                    None => {
+                        crate::query::provider::default_expr(&text, &sql_type.to_arrow())?;
+                        default = Some(text);
+                    }
+                }
+            }
+            ColumnOption::Generated {
+                generated_as: generated_as @ (GeneratedAs::Always | GeneratedAs::ByDefault),
+                sequence_options,
+                generation_expr: None,
+                ..
+            } if serial.is_none() => {
+                if !matches!(sql_type, SqlType::Int2 | SqlType::Int4 | SqlType::Int8) {
+                    return Err(Error::sql(
+                        "22023",
+                        format!(
+                            "identity column type must be smallint, integer, or bigint (column \"{}\")",
+                            args::fold(&c.name)
+                        ),
+                    ));
+                }
+                generated = Some(Generated::Identity {
+                    always: matches!(generated_as, GeneratedAs::Always),
+                    options: sequence_options.clone().unwrap_or_default(),
+                });
             }
             ColumnOption::NotNull => nullable = false,
             ColumnOption::Null => nullable = true,
@@ -393,12 +485,25 @@ fn column_def(c: &ast::ColumnDef) -> Result<ColumnDef> {
             }
         }
     }
-    Ok(ColumnDef {
-        name: args::fold(&c.name),
-        sql_type,
-        nullable,
-        default,
-    })
+    if let (Some(Generated::Serial), Some(_)) = (&generated, &default) {
+        return Err(Error::sql(
+            "42601",
+            format!(
+                "multiple default values specified for column \"{}\"",
+                args::fold(&c.name)
+            ),
+        ));
+    }
+    Ok((
+        ColumnDef {
+            name: args::fold(&c.name),
+            sql_type,
+            nullable,
+            default,
+            identity: None,
+        },
+        generated,
+    ))
 }
 
 /// Hypertable settings gathered from `WITH (...)` or `create_hypertable(...)`.
@@ -480,11 +585,15 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
         ));
     }
     let name = args::table_name(&ct.name)?;
-    let mut columns = ct
+    let (mut columns, generated): (Vec<ColumnDef>, Vec<Option<Generated>>) = ct
         .columns
         .iter()
         .map(column_def)
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
+    check_sequence_defaults(s, &columns)?;
+    let sequences = super::sequences::for_columns(s, &name, &mut columns, &generated)?;
     for (i, c) in columns.iter().enumerate() {
         if columns[..i].iter().any(|p| p.name == c.name) {
             return Err(Error::DuplicateColumn(c.name.clone()));
@@ -539,7 +648,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
         (None, None)
     };
     let columnstore = compression.as_ref().is_some_and(|c| c.enabled);
-    let created = s.engine.catalog().create_table(
+    let created = s.engine.catalog().create_table_with_sequences(
         &s.db,
         NewTable {
             name: name.clone(),
@@ -551,6 +660,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
             keys,
             compression,
         },
+        sequences,
         ct.if_not_exists,
     )?;
     if created
@@ -703,6 +813,7 @@ async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
     }
     // Checked in statement order by the catalog: a bad definition or an
     // unsupported operation fails the statement where it stands.
+    let mut pending_sequences = vec![];
     let columns: Vec<Result<(ColumnDef, bool)>> = at
         .operations
         .iter()
@@ -711,7 +822,20 @@ async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
                 if_not_exists,
                 column_def: cd,
                 ..
-            } => Ok((column_def(cd)?, *if_not_exists)),
+            } => {
+                let (mut c, g) = column_def(cd)?;
+                check_sequence_defaults(s, std::slice::from_ref(&c))?;
+                if g.is_some() {
+                    let seqs = super::sequences::for_columns(
+                        s,
+                        &name,
+                        std::slice::from_mut(&mut c),
+                        &[g],
+                    )?;
+                    pending_sequences.extend(seqs);
+                }
+                Ok((c, *if_not_exists))
+            }
             other => Err(Error::NotSupported(format!(
                 "ALTER TABLE {other} is not supported"
             ))),
@@ -729,6 +853,9 @@ async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
         })
         .map(|(c, _)| c.clone())
         .collect();
+    for seq in pending_sequences {
+        s.engine.catalog().create_sequence(&s.db, seq, false)?;
+    }
     s.engine
         .catalog()
         .add_columns(&s.db, &name, at.if_exists, columns, in_memory)?;
@@ -743,7 +870,8 @@ async fn fill_added_defaults(s: &Session, table: &str, added: &[ColumnDef]) -> R
     let sets: Vec<String> = added
         .iter()
         .filter_map(|c| {
-            let d = c.default.as_deref()?;
+            let d = c.insert_default()?;
+            let d = d.as_str();
             (!d.trim().eq_ignore_ascii_case("null"))
                 .then(|| format!("{} = {d}", crate::pgident::quote_ident(&c.name)))
         })
@@ -774,6 +902,22 @@ async fn fill_added_defaults(s: &Session, table: &str, added: &[ColumnDef]) -> R
         }
         _ => Err(Error::Internal(format!("cannot fill defaults: {sql}"))),
     }
+}
+
+/// A `DEFAULT nextval('s')` names a sequence that exists (42P01), as PostgreSQL
+/// checks the `regclass`.
+fn check_sequence_defaults(s: &Session, columns: &[ColumnDef]) -> Result<()> {
+    let m = s.engine.catalog().snapshot();
+    for c in columns {
+        if let Some(seq) = c
+            .default
+            .as_deref()
+            .and_then(super::sequences::nextval_target)
+        {
+            crate::catalog::sequences::sequence(&m, &s.db, &seq)?;
+        }
+    }
+    Ok(())
 }
 
 fn interval_arg(e: &Expr) -> Result<i64> {

@@ -307,13 +307,13 @@ fn targets(table: &TableDef, columns: &[String]) -> Option<Vec<usize>> {
         .columns
         .iter()
         .enumerate()
-        .any(|(i, c)| !t.contains(&i) && c.default.is_some());
+        .any(|(i, c)| (!t.contains(&i) && c.default.is_some()) || c.identity.is_some());
     (!omitted_default).then_some(t)
 }
 
 /// Tries the fast path; `Ok(None)` means "use the general path".
 /// The table `name` (bare or `public.`-qualified) names in the session's database.
-fn public_table(
+pub(crate) fn public_table(
     s: &Session,
     name: &datafusion::sql::sqlparser::ast::ObjectName,
 ) -> Option<Arc<TableDef>> {

@@ -3,6 +3,7 @@
 //! and return rows or a command tag.
 
 pub mod access;
+pub mod advisory;
 pub mod args;
 pub mod cagg;
 pub mod calls;
@@ -27,6 +28,7 @@ pub mod plan_cache;
 pub mod prepass;
 pub mod roles;
 pub mod schedule;
+pub mod sequences;
 pub mod session;
 pub mod signatures;
 pub mod tx;
@@ -182,6 +184,8 @@ pub struct Session {
     /// The DDL the open block ran (ROLLBACK undoes it), shared with `ctx`'s
     /// management functions.
     block_ddl: Arc<tx::BlockDdl>,
+    /// The advisory locks this session holds (released when it ends).
+    advisory: Arc<advisory::Holder>,
     /// Open cursors (DECLARE ... CURSOR).
     pub cursors: cursor::Cursors,
     /// The role this session logged in as.
@@ -1007,6 +1011,9 @@ impl Session {
         chunks::register(&ctx, &engine, db);
         compression::register(&ctx, &engine, db);
         let block_ddl = Arc::new(tx::BlockDdl::default());
+        sequences::register(&ctx, &engine, db);
+        let advisory = Arc::new(advisory::Holder::new(&engine));
+        advisory::register(&ctx, &advisory, &staging);
         calls::register(
             &ctx,
             &engine,
@@ -1028,6 +1035,7 @@ impl Session {
             staging,
             tx: Default::default(),
             block_ddl,
+            advisory,
             cursors: Default::default(),
             user: user.to_string(),
         };
@@ -1084,7 +1092,7 @@ impl Session {
             return Ok(());
         }
         for (name, table) in signatures::writing_calls(stmt) {
-            if !tx::DEFINITION_CALLS.contains(&name)
+            if !ddl::DEFINITION_CALLS.contains(&name)
                 && !table.is_some_and(|t| self.is_created_in_block(&t.to_ascii_lowercase()))
             {
                 self.check_ddl_in_block(name)?;
@@ -1100,12 +1108,13 @@ impl Session {
         stmt: Statement,
         declared: &[Option<arrow::datatypes::DataType>],
     ) -> Result<Prepared> {
-        if is_native(&stmt) {
-            return Ok(Prepared::Native(Box::new(stmt)));
-        }
         let mut stmt = stmt;
         if let Statement::Insert(ins) = &mut stmt {
             insert::leading_columns(self, ins);
+            sequences::insert_defaults(self, ins)?;
+        }
+        if is_native(&stmt) {
+            return Ok(Prepared::Native(Box::new(stmt)));
         }
         let original = stmt.clone();
         let bind = pg_catalog::rewrite::series_over_parameters(&stmt);
@@ -1737,7 +1746,7 @@ impl Session {
         if let Some(out) = set? {
             return Ok(out);
         }
-        if self.staging.in_block() && tx::changes_definitions(stmt) {
+        if self.staging.in_block() && ddl::changes_definitions(stmt) {
             return self.run_recorded(self.execute_ddl(stmt)).await;
         }
         self.execute_ddl(stmt).await

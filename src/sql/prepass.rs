@@ -21,14 +21,19 @@ pub const NO_DATA_OPTION: &str = "sundial.with_no_data";
 /// The option that marks an `ALTER TABLE … SET (…)` written as `ALTER
 /// MATERIALIZED VIEW` (sqlparser has no ALTER MATERIALIZED VIEW).
 pub const MATVIEW_MARK: &str = "sundial.materialized_view";
+/// `INSERT … OVERRIDING SYSTEM VALUE` (sqlparser reads no OVERRIDING clause)
+/// becomes `PARTITION (this)`, which the INSERT code takes back off.
+pub const OVERRIDING_SYSTEM: &str = "_sundial_overriding_system";
+/// `INSERT … OVERRIDING USER VALUE`, marked the same way.
+pub const OVERRIDING_USER: &str = "_sundial_overriding_user";
 
 /// Returns `sql` with every `CREATE TABLE ... WITH (...)` option list normalized
 /// and MOVE statements written as marked FETCHes. SQL that does not tokenize is
 /// returned unchanged (the parser reports the error).
 pub fn rewrite(sql: &str) -> String {
-    let sql = &extensions(&matviews(&negative_limits(&users(&moves(&maintenance(
-        sql,
-    ))))));
+    let sql = &sequence_options(&overriding(&extensions(&matviews(&negative_limits(
+        &users(&moves(&maintenance(sql))),
+    )))));
     let lower = sql.to_ascii_lowercase();
     if !(lower.contains("create") && lower.contains("with")) {
         return sql.to_string();
@@ -442,6 +447,167 @@ fn users(sql: &str) -> String {
     apply(sql, edits)
 }
 
+/// The options of `CREATE SEQUENCE` in the order sqlparser reads them (PostgreSQL
+/// takes any order; pg_dump writes START first).
+fn sequence_options(sql: &str) -> String {
+    let lower = sql.to_ascii_lowercase();
+    if !lower.contains("sequence") && !lower.contains("identity") {
+        return sql.to_string();
+    }
+    let Some(tokens) = significant_tokens(sql) else {
+        return sql.to_string();
+    };
+    let sig: Vec<&TokenWithSpan> = tokens.iter().collect();
+    let offsets = LineIndex::new(sql);
+    let mut edits: Vec<(usize, usize, String)> = vec![];
+    let rank = |k: usize| -> Option<u8> {
+        let t = &sig.get(k)?.token;
+        Some(if is_kw(t, "increment") {
+            0
+        } else if is_kw(t, "minvalue") {
+            1
+        } else if is_kw(t, "maxvalue") {
+            2
+        } else if is_kw(t, "start") {
+            3
+        } else if is_kw(t, "cache") {
+            4
+        } else if is_kw(t, "cycle") {
+            5
+        } else if is_kw(t, "no") {
+            let next = &sig.get(k + 1)?.token;
+            if is_kw(next, "minvalue") {
+                1
+            } else if is_kw(next, "maxvalue") {
+                2
+            } else if is_kw(next, "cycle") {
+                5
+            } else {
+                return None;
+            }
+        } else {
+            return None;
+        })
+    };
+    // The options between `from` and `to` sorted by rank: the edit, if needed.
+    let reorder = |j: usize, end: usize| -> Option<(usize, usize, String)> {
+        let mut groups: Vec<(u8, usize, usize)> = vec![];
+        let mut k = j;
+        while k < end {
+            let Some(r) = rank(k) else {
+                // Inside a group (a value, BY, WITH): part of the one before.
+                if groups.is_empty() {
+                    return None;
+                }
+                k += 1;
+                continue;
+            };
+            if let Some(g) = groups.last_mut() {
+                g.2 = k;
+            }
+            groups.push((r, k, end));
+            k += if is_kw(&sig[k].token, "no") { 2 } else { 1 };
+        }
+        if groups.windows(2).all(|w| w[0].0 <= w[1].0) {
+            return None;
+        }
+        let text = |from: usize, to: usize| -> Option<&str> {
+            let a = offsets.offset(&sig[from].span.start)?;
+            let b = offsets.offset(&sig[to - 1].span.end)?;
+            sql.get(a..b)
+        };
+        groups.sort_by_key(|g| g.0);
+        let parts: Vec<&str> = groups
+            .iter()
+            .map(|g| text(g.1, g.2))
+            .collect::<Option<_>>()?;
+        let a = offsets.offset(&sig[j].span.start)?;
+        let b = offsets.offset(&sig[end - 1].span.end)?;
+        Some((a, b, parts.join(" ")))
+    };
+    // GENERATED … AS IDENTITY ( options ).
+    for k in 0..sig.len().saturating_sub(1) {
+        if is_kw(&sig[k].token, "identity")
+            && matches!(sig[k + 1].token, Token::LParen)
+            && let Some(close) = matching(&sig, k + 1)
+            && let Some(e) = reorder(k + 2, close)
+        {
+            edits.push(e);
+        }
+    }
+    let mut i = 0;
+    while i + 2 < sig.len() {
+        let starts = i == 0 || matches!(sig[i - 1].token, Token::SemiColon);
+        if !(starts && is_kw(&sig[i].token, "create")) {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 1;
+        if is_kw(&sig[j].token, "temp") || is_kw(&sig[j].token, "temporary") {
+            j += 1;
+        }
+        if !sig.get(j).is_some_and(|t| is_kw(&t.token, "sequence")) {
+            i += 1;
+            continue;
+        }
+        j += 1;
+        if sig.get(j).is_some_and(|t| is_kw(&t.token, "if")) {
+            j += 3;
+        }
+        // The name (possibly qualified), then AS type.
+        j += 1;
+        while sig.get(j).is_some_and(|t| matches!(t.token, Token::Period)) {
+            j += 2;
+        }
+        if sig.get(j).is_some_and(|t| is_kw(&t.token, "as")) {
+            j += 2;
+        }
+        let end = (j..sig.len())
+            .find(|&k| matches!(sig[k].token, Token::SemiColon) || is_kw(&sig[k].token, "owned"))
+            .unwrap_or(sig.len());
+        if let Some(e) = reorder(j, end) {
+            edits.push(e);
+        }
+        i = end.max(i + 1);
+    }
+    edits.sort_by_key(|e| e.0);
+    apply(sql, edits)
+}
+
+/// `OVERRIDING { SYSTEM | USER } VALUE` of an INSERT as a marked `PARTITION (…)`
+/// clause, which sqlparser reads in the same place.
+fn overriding(sql: &str) -> String {
+    if !sql.to_ascii_lowercase().contains("overriding") {
+        return sql.to_string();
+    }
+    let Some(tokens) = significant_tokens(sql) else {
+        return sql.to_string();
+    };
+    let sig: Vec<&TokenWithSpan> = tokens.iter().collect();
+    let offsets = LineIndex::new(sql);
+    let mut edits: Vec<(usize, usize, String)> = vec![];
+    for i in 0..sig.len().saturating_sub(2) {
+        if !(is_kw(&sig[i].token, "overriding") && is_kw(&sig[i + 2].token, "value")) {
+            continue;
+        }
+        let mark = if is_kw(&sig[i + 1].token, "system") {
+            OVERRIDING_SYSTEM
+        } else if is_kw(&sig[i + 1].token, "user") {
+            OVERRIDING_USER
+        } else {
+            continue;
+        };
+        let (Some(from), Some(to)) = (
+            offsets.offset(&sig[i].span.start),
+            offsets.offset(&sig[i + 2].span.end),
+        ) else {
+            return sql.to_string();
+        };
+        edits.push((from, to, format!("PARTITION ({mark})")));
+    }
+    apply(sql, edits)
+}
+
 /// `[direction] [FROM | IN] name` as canonical FETCH text; `None` leaves the
 /// statement to the parser (and its error).
 fn fetch_text(t: &[&TokenWithSpan], is_move: bool) -> Option<String> {
@@ -615,6 +781,30 @@ impl<'a> LineIndex<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn orders_sequence_options_and_marks_overriding() {
+        assert_eq!(
+            rewrite("CREATE SEQUENCE public.s START WITH 5 INCREMENT BY -1 NO MINVALUE CACHE 1"),
+            "CREATE SEQUENCE public.s INCREMENT BY -1 NO MINVALUE START WITH 5 CACHE 1"
+        );
+        assert_eq!(
+            rewrite("CREATE SEQUENCE s AS int CYCLE MAXVALUE 9 OWNED BY t.id"),
+            "CREATE SEQUENCE s AS int MAXVALUE 9 CYCLE OWNED BY t.id"
+        );
+        assert_eq!(
+            rewrite(
+                "CREATE TABLE t (id int GENERATED ALWAYS AS IDENTITY (START WITH 5 INCREMENT BY 2))"
+            ),
+            "CREATE TABLE t (id int GENERATED ALWAYS AS IDENTITY (INCREMENT BY 2 START WITH 5))"
+        );
+        let sorted = "CREATE SEQUENCE s INCREMENT 2 START 3";
+        assert_eq!(rewrite(sorted), sorted);
+        assert_eq!(
+            rewrite("INSERT INTO t (id) OVERRIDING SYSTEM VALUE VALUES (1)"),
+            format!("INSERT INTO t (id) PARTITION ({OVERRIDING_SYSTEM}) VALUES (1)")
+        );
+    }
 
     #[test]
     fn materialized_view_options_and_no_data() {

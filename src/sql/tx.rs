@@ -167,6 +167,7 @@ impl Session {
             Ok(())
         };
         self.cursors.end_of_block().await;
+        self.advisory.end_of_block();
         out
     }
 
@@ -335,6 +336,7 @@ impl Session {
     /// Cursors without HOLD close either way.
     async fn end_block(&self, chain: bool, tag: &str) -> Output {
         self.cursors.end_of_block().await;
+        self.advisory.end_of_block();
         if chain {
             self.staging.begin();
             self.reset_block();
@@ -623,49 +625,6 @@ pub fn handles(stmt: &Statement) -> bool {
             | Statement::Savepoint { .. }
             | Statement::ReleaseSavepoint { .. }
     )
-}
-
-/// Management functions a block may call on any table: they change only
-/// definitions (policies), which ROLLBACK puts back.
-pub const DEFINITION_CALLS: [&str; 7] = [
-    "add_retention_policy",
-    "remove_retention_policy",
-    "add_compression_policy",
-    "remove_compression_policy",
-    "add_continuous_aggregate_policy",
-    "remove_continuous_aggregate_policy",
-    "set_chunk_time_interval",
-];
-
-/// DDL a block may hold because it changes only definitions, not rows or files:
-/// ROLLBACK puts back what it changed ([`Undo::Definitions`]). CREATE and DROP
-/// TABLE and create_hypertable have undo steps of their own.
-pub fn changes_definitions(stmt: &Statement) -> bool {
-    match stmt {
-        Statement::AlterTable(at) => !at.operations.iter().any(|op| {
-            matches!(op, ast::AlterTableOperation::SetOptionsParens { options }
-                if options.iter().any(|o| matches!(o, ast::SqlOption::KeyValue { key, .. }
-                    if key.value.eq_ignore_ascii_case(super::prepass::MATVIEW_MARK))))
-        }),
-        Statement::CreateIndex(ci) => !ci.concurrently,
-        Statement::Drop { object_type, .. } => matches!(
-            object_type,
-            ast::ObjectType::Index | ast::ObjectType::View | ast::ObjectType::Role
-        ),
-        Statement::CreateView(cv) => !cv.materialized,
-        Statement::Grant(_)
-        | Statement::Revoke(_)
-        | Statement::CreateRole(_)
-        | Statement::AlterRole { .. } => true,
-        Statement::Call(f) => {
-            let n = f.name.to_string().to_ascii_lowercase();
-            let n = n.trim_start_matches("public.");
-            n == "add_columnstore_policy" || n == "remove_columnstore_policy"
-        }
-        Statement::Query(_) => super::ddl::management_call(stmt)
-            .is_some_and(|(name, _)| DEFINITION_CALLS.contains(&name.as_str())),
-        _ => false,
-    }
 }
 
 /// The name DDL refused in a block goes by in the error.

@@ -240,6 +240,7 @@ mod tests {
                     sql_type: SqlType::Int8,
                     nullable: true,
                     default: None,
+                    identity: None,
                 })
                 .collect(),
             time_column: None,

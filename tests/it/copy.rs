@@ -244,3 +244,51 @@ async fn psql_backslash_copy_both_ways() {
     let written = std::fs::read_to_string(&output).expect("read output");
     assert_eq!(written, "a,1.5,1,t\nb,,2,f\n");
 }
+
+/// Columns a COPY leaves out take their defaults, as PostgreSQL fills them: a
+/// serial's next values (one per row, going on after INSERTs), constants; a NOT
+/// NULL column without a default is refused with 23502 and nothing is written.
+#[tokio::test]
+async fn copy_fills_defaults_of_the_columns_it_leaves_out() {
+    let server = TestServer::start();
+    let client = server.connect("sundial").await;
+    client
+        .batch_execute(
+            "CREATE TABLE cd (id bigserial PRIMARY KEY, name text NOT NULL, kind text DEFAULT 'meter', n int NOT NULL DEFAULT 0)",
+        )
+        .await
+        .expect("create");
+    client
+        .batch_execute("INSERT INTO cd (name) VALUES ('first')")
+        .await
+        .expect("insert");
+    let n = copy_in(&client, "COPY cd (name) FROM STDIN", "a\nb\nc\n")
+        .await
+        .expect("copy");
+    assert_eq!(n, 3);
+    let rows = text_rows(&client, "SELECT id, name, kind, n FROM cd ORDER BY id").await;
+    let want: Vec<Vec<Option<String>>> = [
+        ["1", "first", "meter", "0"],
+        ["2", "a", "meter", "0"],
+        ["3", "b", "meter", "0"],
+        ["4", "c", "meter", "0"],
+    ]
+    .iter()
+    .map(|r| r.iter().map(|s| Some(s.to_string())).collect())
+    .collect();
+    assert_eq!(rows, want);
+    client
+        .batch_execute("CREATE TABLE cd2 (id int, name text NOT NULL)")
+        .await
+        .expect("create");
+    let err = copy_in(&client, "COPY cd2 (id) FROM STDIN", "1\n")
+        .await
+        .expect_err("NOT NULL without a default");
+    assert_eq!(
+        err.as_db_error().map(|e| e.code().code()),
+        Some("23502"),
+        "{err:?}"
+    );
+    let rows = text_rows(&client, "SELECT count(*) FROM cd2").await;
+    assert_eq!(rows, vec![vec![Some("0".to_string())]]);
+}

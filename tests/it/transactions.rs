@@ -389,3 +389,62 @@ async fn prepared_update_and_upsert_in_transactions() {
         "the failed COMMIT applied nothing"
     );
 }
+
+async fn flag(c: &tokio_postgres::Client, sql: &str) -> bool {
+    c.query_one(sql, &[]).await.expect(sql).get::<_, bool>(0)
+}
+
+/// Advisory locks, as migration tools take them, are exclusive between sessions:
+/// a second session's try fails and its lock waits until the first unlocks; a
+/// session's locks go when it disconnects, a transaction's at COMMIT.
+#[tokio::test]
+async fn advisory_locks_are_exclusive_between_sessions() {
+    let server = TestServer::start();
+    let a = server.connect("sundial").await;
+    let b = server.connect("sundial").await;
+    a.batch_execute("SELECT pg_advisory_lock(42)")
+        .await
+        .expect("lock");
+    assert!(!flag(&b, "SELECT pg_try_advisory_lock(42)").await);
+    // Another key, and the two-integer key space, are free.
+    assert!(flag(&b, "SELECT pg_try_advisory_lock(43)").await);
+    assert!(flag(&b, "SELECT pg_try_advisory_lock(0, 42)").await);
+    let waiter = tokio::spawn(async move {
+        b.batch_execute("SELECT pg_advisory_lock(42)")
+            .await
+            .expect("wait");
+        b
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "the second lock waits for the first");
+    assert!(flag(&a, "SELECT pg_advisory_unlock(42)").await);
+    let b = waiter.await.expect("waiter");
+    assert!(!flag(&a, "SELECT pg_try_advisory_lock(42)").await);
+    assert!(
+        !flag(&a, "SELECT pg_advisory_unlock(42)").await,
+        "a does not hold it"
+    );
+    // Shared locks share; an exclusive one waits for them.
+    assert!(flag(&a, "SELECT pg_try_advisory_lock_shared(7)").await);
+    assert!(flag(&b, "SELECT pg_try_advisory_lock_shared(7)").await);
+    assert!(!flag(&b, "SELECT pg_try_advisory_lock(7)").await);
+    drop(b);
+    // b's session ended: its locks went with it.
+    let mut free = false;
+    for _ in 0..400 {
+        if flag(&a, "SELECT pg_try_advisory_lock(42)").await {
+            free = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(free, "a disconnected session's lock is released");
+    // Transaction-level: held until COMMIT.
+    let c = server.connect("sundial").await;
+    a.batch_execute("BEGIN; SELECT pg_advisory_xact_lock(99)")
+        .await
+        .expect("xact lock");
+    assert!(!flag(&c, "SELECT pg_try_advisory_lock(99)").await);
+    a.batch_execute("COMMIT").await.expect("commit");
+    assert!(flag(&c, "SELECT pg_try_advisory_lock(99)").await);
+}

@@ -63,6 +63,7 @@ pub fn to_pg(e: Error) -> PgWireError {
         e.client_message(),
     );
     info.detail = e.detail();
+    info.hint = e.hint();
     PgWireError::UserError(Box::new(info))
 }
 
@@ -1754,8 +1755,14 @@ impl CopyHandler for Handler {
         };
         let _active = Active::new(&self.active);
         let table = state.table.clone();
+        let targets = state.targets().to_vec();
         let written = match on_statement_runtime(&c, async move { Ok(state.finish()) }).await? {
-            Ok((batch, rows)) => c.session.write_rows(&table, batch).await.map(|_| rows),
+            Ok((batch, rows)) => {
+                match sql::copy::with_defaults(&c.session, &table, &targets, batch) {
+                    Ok(batch) => c.session.write_rows(&table, batch).await.map(|_| rows),
+                    Err(e) => Err(e),
+                }
+            }
             Err(e) => Err(e),
         };
         let rows = match written {

@@ -349,7 +349,6 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
     ] {
         fns.push(always_null(name, &[O], 1, Utf8));
     }
-    fns.push(always_null("pg_get_serial_sequence", &[S, S], 2, Utf8));
     fns.push(always_bool("pg_relation_is_publishable", &[A], 1, false));
     for name in [
         "has_table_privilege",

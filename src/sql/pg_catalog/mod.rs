@@ -461,6 +461,8 @@ pub struct Att {
     pub notnull: bool,
     /// The default as `pg_get_expr` prints it.
     pub default: Option<String>,
+    /// `attidentity`: `a` (ALWAYS) or `d` (BY DEFAULT) for an identity column.
+    pub identity: Option<char>,
 }
 
 /// One relation as `pg_class` shows it.
@@ -504,6 +506,7 @@ fn rel_of_def(def: &RelDef, ns: i32) -> Rel {
                 type_oid: t.type_oid(),
                 typmod: -1,
                 notnull: false,
+                identity: None,
                 default: None,
             })
             .collect(),
@@ -524,6 +527,7 @@ fn rel_of_schema(oid: i32, name: &str, ns: i32, schema: &Schema) -> Rel {
                 type_oid: field_type_oid(f),
                 typmod: -1,
                 notnull: false,
+                identity: None,
                 default: None,
             })
             .collect(),
@@ -562,6 +566,10 @@ pub fn relations(ctx: &CatalogCtx) -> Vec<Rel> {
                         type_oid,
                         typmod,
                         notnull: !c.nullable,
+                        identity: c
+                            .identity
+                            .as_ref()
+                            .map(|i| if i.always { 'a' } else { 'd' }),
                         default: c
                             .default
                             .as_deref()
@@ -589,9 +597,33 @@ pub fn relations(ctx: &CatalogCtx) -> Vec<Rel> {
                         type_oid,
                         typmod: -1,
                         notnull: false,
+                        identity: None,
                         default: None,
                     })
                     .collect(),
+            });
+        }
+    }
+    if let Ok(d) = snapshot.database(&ctx.db) {
+        let att = |name: &str, type_oid: i32| Att {
+            name: name.to_string(),
+            type_oid,
+            typmod: -1,
+            notnull: true,
+            identity: None,
+            default: None,
+        };
+        for q in d.sequences.values() {
+            out.push(Rel {
+                oid: table_oid(q.id),
+                name: q.name.clone(),
+                ns: NS_PUBLIC,
+                kind: b'S',
+                atts: vec![
+                    att("last_value", 20),
+                    att("log_cnt", 20),
+                    att("is_called", 16),
+                ],
             });
         }
     }
@@ -1243,7 +1275,15 @@ fn info_rows(ctx: &CatalogCtx, rel: &str) -> Vec<Row> {
                         ("udt_name", udt),
                         ("dtd_identifier", s((n + 1).to_string())),
                         ("is_self_referencing", yes_no(false)),
-                        ("is_identity", yes_no(false)),
+                        ("is_identity", yes_no(a.identity.is_some())),
+                        (
+                            "identity_generation",
+                            match a.identity {
+                                Some('a') => s("ALWAYS"),
+                                Some(_) => s("BY DEFAULT"),
+                                None => V::N,
+                            },
+                        ),
                         ("identity_cycle", yes_no(false)),
                         ("is_generated", s("NEVER")),
                         ("is_updatable", yes_no(r.kind == b'r')),
@@ -1439,6 +1479,11 @@ fn pg_rows(ctx: &CatalogCtx, rel: &str) -> Vec<Row> {
                         ("attstorage", s(attstorage(a.type_oid))),
                         ("attnotnull", V::B(a.notnull)),
                         ("atthasdef", V::B(a.default.is_some())),
+                        (
+                            "attidentity",
+                            s(a.identity.map(String::from).unwrap_or_default()),
+                        ),
+                        ("attgenerated", s("")),
                         ("attislocal", V::B(true)),
                         ("attcollation", i(t.map(|t| t.collation).unwrap_or(0))),
                     ]);
