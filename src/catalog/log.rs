@@ -55,6 +55,8 @@ struct DatabaseHead {
     connect_revoked: bool,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     sequences: BTreeMap<String, super::sequences::SequenceDef>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    comments: BTreeMap<String, String>,
 }
 
 impl DatabaseHead {
@@ -65,6 +67,7 @@ impl DatabaseHead {
             owners: d.owners.clone(),
             connect_revoked: d.connect_revoked,
             sequences: d.sequences.clone(),
+            comments: d.comments.clone(),
         }
     }
 
@@ -74,6 +77,7 @@ impl DatabaseHead {
             && a.owners == b.owners
             && a.connect_revoked == b.connect_revoked
             && a.sequences == b.sequences
+            && a.comments == b.comments
     }
 }
 
@@ -149,6 +153,7 @@ impl Delta {
                         d.owners = h.owners;
                         d.connect_revoked = h.connect_revoked;
                         d.sequences = h.sequences;
+                        d.comments = h.comments;
                     }
                     d
                 }
@@ -159,6 +164,7 @@ impl Delta {
                     owners: h.owners,
                     connect_revoked: h.connect_revoked,
                     sequences: h.sequences,
+                    comments: h.comments,
                 }),
                 (None, None) => {
                     return Err(Error::Catalog(format!(

@@ -70,6 +70,17 @@ pub struct DatabaseDef {
     /// Sequences (`CREATE SEQUENCE`, `serial` and identity columns), by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sequences: BTreeMap<String, sequences::SequenceDef>,
+    /// `COMMENT ON`: by [`comment_key`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub comments: BTreeMap<String, String>,
+}
+
+/// The key of a comment on relation `rel` (`column`: on one of its columns).
+pub fn comment_key(rel: &str, column: Option<&str>) -> String {
+    match column {
+        Some(c) => format!("{rel}\u{0}{c}"),
+        None => rel.to_string(),
+    }
 }
 
 /// A plain view: its query as (normalized) SQL text and its column names.
@@ -455,6 +466,7 @@ impl Manifest {
                     owners: BTreeMap::new(),
                     connect_revoked: false,
                     sequences: Default::default(),
+                    comments: Default::default(),
                 },
             );
         }

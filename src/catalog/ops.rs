@@ -132,6 +132,7 @@ impl Catalog {
                     owners: Default::default(),
                     connect_revoked: false,
                     sequences: Default::default(),
+                    comments: Default::default(),
                 },
             );
             Ok(true)
@@ -201,6 +202,7 @@ impl Catalog {
             }
             match d.tables.remove(name) {
                 Some(t) => {
+                    forget_comments(d, name);
                     // Sequences its columns own go with it.
                     d.sequences
                         .retain(|_, s| s.owned_by.as_ref().is_none_or(|(owner, _)| owner != name));
@@ -241,6 +243,7 @@ impl Catalog {
             }
             match d.views.remove(name) {
                 Some(_) => {
+                    forget_comments(d, name);
                     super::roles::forget_relation(m, db, name);
                     Ok(true)
                 }
@@ -830,6 +833,27 @@ fn apply_edits(
     Ok(())
 }
 
+/// Comments on relation `name` and its columns go with it.
+fn forget_comments(d: &mut DatabaseDef, name: &str) {
+    let col_prefix = super::comment_key(name, Some(""));
+    d.comments
+        .retain(|k, _| k != name && !k.starts_with(&col_prefix));
+}
+
+impl Catalog {
+    /// `COMMENT ON`: sets (or with `None` removes) the comment under `key`.
+    pub fn set_comment(&self, db: &str, key: String, comment: Option<String>) -> Result<()> {
+        self.update(|m| {
+            let d = m.database_mut(db)?;
+            match comment {
+                Some(c) => d.comments.insert(key, c),
+                None => d.comments.remove(&key),
+            };
+            Ok(())
+        })
+    }
+}
+
 /// A table's definition as DDL changes it: everything but its rows' state (files,
 /// the invalidation log, dropped ranges, which chunks are compressed).
 fn definition(t: &TableDef) -> serde_json::Value {
@@ -960,6 +984,7 @@ impl Catalog {
             revert_entries(&mut d.views, &b.views, &a.views);
             revert_entries(&mut d.owners, &b.owners, &a.owners);
             revert_sequences(&mut d.sequences, &b.sequences, &a.sequences);
+            revert_entries(&mut d.comments, &b.comments, &a.comments);
             if b.connect_revoked != a.connect_revoked {
                 d.connect_revoked = b.connect_revoked;
             }

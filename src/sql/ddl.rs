@@ -35,7 +35,8 @@ pub fn handles(stmt: &Statement) -> bool {
         Statement::CreateTable(_)
         | Statement::CreateDatabase { .. }
         | Statement::AlterTable(_)
-        | Statement::CreateSequence { .. } => true,
+        | Statement::CreateSequence { .. }
+        | Statement::Comment { .. } => true,
         Statement::Drop { object_type, .. } => {
             matches!(
                 object_type,
@@ -90,7 +91,7 @@ pub fn changes_definitions(stmt: &Statement) -> bool {
                 | ast::ObjectType::Role
                 | ast::ObjectType::Sequence
         ),
-        Statement::CreateSequence { .. } => true,
+        Statement::CreateSequence { .. } | Statement::Comment { .. } => true,
         Statement::CreateView(cv) => !cv.materialized,
         Statement::Grant(_)
         | Statement::Revoke(_)
@@ -249,6 +250,12 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
         }
         Statement::AlterTable(at) => alter_table(s, at).await,
         Statement::CreateSequence { .. } => super::sequences::create(s, stmt),
+        Statement::Comment {
+            object_type,
+            object_name,
+            comment,
+            if_exists,
+        } => comment_on(s, object_type, object_name, comment.clone(), *if_exists),
         Statement::Drop {
             object_type: ObjectType::Sequence,
             if_exists,
@@ -902,6 +909,88 @@ async fn fill_added_defaults(s: &Session, table: &str, added: &[ColumnDef]) -> R
         }
         _ => Err(Error::Internal(format!("cannot fill defaults: {sql}"))),
     }
+}
+
+/// `COMMENT ON { TABLE | VIEW | MATERIALIZED VIEW | SEQUENCE | COLUMN } … IS …`
+/// (`IS NULL` removes it), as `obj_description`, `col_description` and psql's
+/// `\d+` show it. Other objects are refused.
+fn comment_on(
+    s: &Session,
+    object_type: &ast::CommentObject,
+    name: &ast::ObjectName,
+    comment: Option<String>,
+    if_exists: bool,
+) -> Result<Output> {
+    use ast::CommentObject as C;
+    let m = s.engine.catalog().snapshot();
+    let d = m.database(&s.db)?;
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|p| {
+            p.as_ident()
+                .map(args::fold)
+                .unwrap_or_else(|| p.to_string())
+        })
+        .collect();
+    let relation_exists = |n: &str| -> bool {
+        match object_type {
+            C::Table => d.tables.get(n).is_some_and(|t| t.cagg.is_none()),
+            C::View => d.views.get(n).is_some_and(|v| v.cagg.is_none()),
+            C::MaterializedView => d.views.get(n).is_some_and(|v| v.cagg.is_some()),
+            C::Sequence => d.sequences.contains_key(n),
+            _ => false,
+        }
+    };
+    let key = match object_type {
+        C::Table | C::View | C::MaterializedView | C::Sequence => {
+            let rel = args::table_name(name)?;
+            if !relation_exists(&rel) {
+                if if_exists {
+                    return Ok(Output::Command("COMMENT".into()));
+                }
+                return Err(Error::sql(
+                    "42P01",
+                    format!("relation \"{rel}\" does not exist"),
+                ));
+            }
+            crate::catalog::comment_key(&rel, None)
+        }
+        C::Column => {
+            let [.., rel, col] = parts.as_slice() else {
+                return Err(Error::sql("42601", "column name must be qualified"));
+            };
+            let columns: Option<Vec<String>> = d
+                .tables
+                .get(rel)
+                .map(|t| t.columns.iter().map(|c| c.name.clone()).collect())
+                .or_else(|| d.views.get(rel).map(|v| v.columns.clone()));
+            match columns {
+                None => {
+                    return Err(Error::sql(
+                        "42P01",
+                        format!("relation \"{rel}\" does not exist"),
+                    ));
+                }
+                Some(cols) if !cols.contains(col) => {
+                    return Err(Error::sql(
+                        "42703",
+                        format!("column \"{col}\" of relation \"{rel}\" does not exist"),
+                    ));
+                }
+                Some(_) => crate::catalog::comment_key(rel, Some(col)),
+            }
+        }
+        other => {
+            return Err(Error::NotSupported(format!(
+                "COMMENT ON {other} is not supported"
+            )));
+        }
+    };
+    s.engine
+        .catalog()
+        .set_comment(&s.db, key, comment.filter(|c| !c.is_empty()))?;
+    Ok(Output::Command("COMMENT".into()))
 }
 
 /// A `DEFAULT nextval('s')` names a sequence that exists (42P01), as PostgreSQL

@@ -331,8 +331,74 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
             Ok(Arc::new(out))
         },
     ));
-    fns.push(always_null("col_description", &[O, O], 2, Utf8));
-    fns.push(always_null("obj_description", &[O, S], 1, Utf8));
+    // COMMENT ON, by relation oid (and column number).
+    let c = cat.clone();
+    fns.push(udf(
+        "obj_description",
+        &[O, S],
+        1,
+        Utf8,
+        Volatility::Stable,
+        move |a, n| {
+            let oids = ints(&a[0])?;
+            let kinds = match a.get(1) {
+                Some(k) => strs(k)?,
+                None => vec![Some("pg_class".to_string()); n],
+            };
+            let m = c.engine.catalog().snapshot();
+            let comments = m
+                .database(&c.db)
+                .map(|d| d.comments.clone())
+                .unwrap_or_default();
+            let rels = relations(&c);
+            let out: StringArray = oids
+                .iter()
+                .zip(kinds)
+                .map(|(o, k)| {
+                    let o = (*o)?;
+                    if k.as_deref() != Some("pg_class") {
+                        return None;
+                    }
+                    let r = rels.iter().find(|r| i64::from(r.oid) == o)?;
+                    comments
+                        .get(&crate::catalog::comment_key(&r.name, None))
+                        .cloned()
+                })
+                .collect();
+            Ok(Arc::new(out))
+        },
+    ));
+    let c = cat.clone();
+    fns.push(udf(
+        "col_description",
+        &[O, O],
+        2,
+        Utf8,
+        Volatility::Stable,
+        move |a, _| {
+            let oids = ints(&a[0])?;
+            let nums = ints(&a[1])?;
+            let m = c.engine.catalog().snapshot();
+            let comments = m
+                .database(&c.db)
+                .map(|d| d.comments.clone())
+                .unwrap_or_default();
+            let rels = relations(&c);
+            let out: StringArray = oids
+                .iter()
+                .zip(&nums)
+                .map(|(o, num)| {
+                    let (o, num) = ((*o)?, (*num)?);
+                    let r = rels.iter().find(|r| i64::from(r.oid) == o)?;
+                    let att = r.atts.get(usize::try_from(num).ok()?.checked_sub(1)?)?;
+                    comments
+                        .get(&crate::catalog::comment_key(&r.name, Some(&att.name)))
+                        .cloned()
+                })
+                .collect();
+            Ok(Arc::new(out))
+        },
+    ));
     fns.push(always_null("shobj_description", &[O, S], 2, Utf8));
     for name in [
         "pg_get_indexdef",
