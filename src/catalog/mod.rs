@@ -261,7 +261,10 @@ impl ColumnDef {
     /// its identity sequence's `nextval`.
     pub fn insert_default(&self) -> Option<String> {
         match &self.identity {
-            Some(i) => Some(format!("nextval('{}')", i.sequence.replace('\'', "''"))),
+            Some(i) => Some(format!(
+                "nextval('{}')",
+                crate::pgident::quote_ident(&i.sequence).replace('\'', "''")
+            )),
             // `nextval('s'::regclass)` as PostgreSQL shows it; the sequence by name
             // when an INSERT uses it.
             None => match self.default.as_deref() {

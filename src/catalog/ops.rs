@@ -297,6 +297,46 @@ impl Catalog {
                 .ok_or_else(|| Error::UndefinedTable(from.to_string()))?;
             Arc::make_mut(&mut t).name = to.to_string();
             d.tables.insert(to.to_string(), t);
+            // Sequences the table's columns own follow it; while a block holds it
+            // dropped they go out of the way too (a new table may take the name).
+            let owned: Vec<String> = d
+                .sequences
+                .values()
+                .filter(|q| q.owned_by.as_ref().is_some_and(|(o, _)| o == from))
+                .map(|q| q.name.clone())
+                .collect();
+            for name in owned {
+                let Some(mut q) = d.sequences.remove(&name) else {
+                    continue;
+                };
+                if let Some((owner, _)) = q.owned_by.as_mut() {
+                    *owner = to.to_string();
+                }
+                if to.starts_with(DROPPED_PREFIX) {
+                    q.name = format!("{DROPPED_PREFIX}{}", q.name);
+                } else if let Some(orig) = q.name.strip_prefix(DROPPED_PREFIX) {
+                    q.name = orig.to_string();
+                }
+                if d.sequences.contains_key(&q.name) {
+                    return Err(Error::sql(
+                        "42P07",
+                        format!("relation \"{}\" already exists", q.name),
+                    ));
+                }
+                d.sequences.insert(q.name.clone(), q);
+            }
+            let prefix = super::comment_key(from, Some(""));
+            let moved: Vec<(String, String)> = d
+                .comments
+                .iter()
+                .filter(|(k, _)| *k == from || k.starts_with(&prefix))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for (k, v) in moved {
+                d.comments.remove(&k);
+                let rest = k.strip_prefix(from).unwrap_or_default();
+                d.comments.insert(format!("{to}{rest}"), v);
+            }
             super::roles::rename_relation(m, db, from, to);
             Ok(())
         })
@@ -330,7 +370,9 @@ impl Catalog {
                     }
                     return Err(Error::DuplicateColumn(c.name));
                 }
-                if !c.nullable && (!t.files.is_empty() || has_rows_in_memory) {
+                let has_rows = !t.files.is_empty() || has_rows_in_memory;
+                let fills = c.default.is_some() || c.identity.is_some();
+                if !c.nullable && has_rows && !fills {
                     return Err(Error::sql(
                         "23502",
                         format!(
@@ -339,7 +381,11 @@ impl Catalog {
                         ),
                     ));
                 }
-                c.nullable = true;
+                // Rows there are read NULL until the default fills them; NOT NULL
+                // follows ([`Catalog::set_not_null`]).
+                if has_rows {
+                    c.nullable = true;
+                }
                 Arc::make_mut(t).columns.push(c);
             }
             Ok(true)
@@ -833,6 +879,21 @@ fn apply_edits(
     Ok(())
 }
 
+impl Catalog {
+    /// Makes `columns` of `table` NOT NULL (after their defaults filled the rows).
+    pub fn set_not_null(&self, db: &str, table: &str, columns: &[String]) -> Result<()> {
+        self.update(|m| {
+            let t = table_mut(m, db, table)?;
+            for c in Arc::make_mut(t).columns.iter_mut() {
+                if columns.contains(&c.name) {
+                    c.nullable = false;
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Comments on relation `name` and its columns go with it.
 fn forget_comments(d: &mut DatabaseDef, name: &str) {
     let col_prefix = super::comment_key(name, Some(""));
@@ -866,6 +927,44 @@ fn definition(t: &TableDef) -> serde_json::Value {
     serde_json::to_value(&d).unwrap_or(serde_json::Value::Null)
 }
 
+/// A table's definition with what one statement changed (`old` to `new`) taken
+/// back and what else changed it since (`new` to `now`: a column line protocol
+/// added, another session's DDL) kept: field by field, and column by column.
+fn merge3(old: &TableDef, new: &TableDef, now: &TableDef) -> Result<TableDef> {
+    let obj = |t: &TableDef| match definition(t) {
+        serde_json::Value::Object(o) => o,
+        _ => serde_json::Map::new(),
+    };
+    let (o, n, c) = (obj(old), obj(new), obj(now));
+    let mut out = c.clone();
+    let keys: BTreeSet<&String> = o.keys().chain(n.keys()).chain(c.keys()).collect();
+    for k in keys {
+        if k == "columns" || c.get(k) != n.get(k) {
+            continue;
+        }
+        match o.get(k) {
+            Some(v) => out.insert(k.clone(), v.clone()),
+            None => out.remove(k),
+        };
+    }
+    let mut t: TableDef = serde_json::from_value(serde_json::Value::Object(out))
+        .map_err(|e| Error::Catalog(format!("cannot put back table {}: {e}", now.name)))?;
+    t.columns = if now.columns == new.columns {
+        old.columns.clone()
+    } else {
+        let mut cols = old.columns.clone();
+        cols.extend(
+            now.columns
+                .iter()
+                .filter(|c| !new.columns.iter().any(|x| x.name == c.name))
+                .filter(|c| !old.columns.iter().any(|x| x.name == c.name))
+                .cloned(),
+        );
+        cols
+    };
+    Ok(t)
+}
+
 /// `before`'s definition of a table, with the rows' state `now` has.
 fn with_state_of(before: &TableDef, now: &TableDef) -> TableDef {
     let mut t = before.clone();
@@ -893,7 +992,8 @@ fn with_state_of(before: &TableDef, now: &TableDef) -> TableDef {
 }
 
 /// Puts the entries of `now` that differ between `before` and `after` back as
-/// `before` had them (absent there: removed).
+/// `before` had them (absent there: removed), unless something else changed them
+/// since (they differ from `after`): that change stays.
 fn revert_entries<V: Clone + PartialEq>(
     now: &mut BTreeMap<String, V>,
     before: &BTreeMap<String, V>,
@@ -901,7 +1001,7 @@ fn revert_entries<V: Clone + PartialEq>(
 ) {
     let keys: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
     for k in keys {
-        if before.get(k) == after.get(k) {
+        if before.get(k) == after.get(k) || now.get(k) != after.get(k) {
             continue;
         }
         match before.get(k) {
@@ -911,25 +1011,44 @@ fn revert_entries<V: Clone + PartialEq>(
     }
 }
 
-/// [`revert_entries`] for sequences: a definition goes back, but a sequence never
-/// goes back to a value it may have handed out since.
+/// [`revert_entries`] for sequences, compared without their positions: a
+/// definition goes back, but a sequence never goes back to a value it may have
+/// handed out since.
 fn revert_sequences(
     now: &mut BTreeMap<String, SequenceDef>,
     before: &BTreeMap<String, SequenceDef>,
     after: &BTreeMap<String, SequenceDef>,
 ) {
-    let current = now.clone();
-    revert_entries(now, before, after);
-    for (name, s) in now.iter_mut() {
-        if let Some(c) = current.get(name).filter(|c| c.id == s.id) {
-            let ahead = if s.increment > 0 {
-                c.last_value > s.last_value
-            } else {
-                c.last_value < s.last_value
-            };
-            if ahead {
-                s.last_value = c.last_value;
-                s.is_called = c.is_called;
+    let def = |s: &SequenceDef| {
+        let mut d = s.clone();
+        d.last_value = 0;
+        d.is_called = false;
+        d
+    };
+    let keys: BTreeSet<String> = before.keys().chain(after.keys()).cloned().collect();
+    for k in keys {
+        let (b, a) = (before.get(&k).map(def), after.get(&k).map(def));
+        if b == a || now.get(&k).map(def) != a {
+            continue;
+        }
+        match before.get(&k) {
+            Some(v) => {
+                let mut v = v.clone();
+                if let Some(c) = now.get(&k).filter(|c| c.id == v.id) {
+                    let ahead = if v.increment > 0 {
+                        c.last_value > v.last_value
+                    } else {
+                        c.last_value < v.last_value
+                    };
+                    if ahead {
+                        v.last_value = c.last_value;
+                        v.is_called = c.is_called;
+                    }
+                }
+                now.insert(k, v);
+            }
+            None => {
+                now.remove(&k);
             }
         }
     }
@@ -942,24 +1061,14 @@ impl Catalog {
     /// stay as they are now. Returns the tables the statement created, for the
     /// caller to drop with their files; a table it removed cannot come back (such
     /// DDL is not run in a block) and is only logged.
-    pub fn revert_definitions(
-        &self,
-        db: &str,
-        before: &Manifest,
-        after: &Manifest,
-    ) -> Result<Vec<String>> {
+    pub fn revert_definitions(&self, db: &str, before: &Manifest, after: &Manifest) -> Result<()> {
         let (Ok(b), Ok(a)) = (before.database(db), after.database(db)) else {
-            return Ok(vec![]);
+            return Ok(());
         };
         let by_id = |d: &DatabaseDef| -> BTreeMap<u64, Arc<TableDef>> {
             d.tables.values().map(|t| (t.id, t.clone())).collect()
         };
         let (b_tables, a_tables) = (by_id(b), by_id(a));
-        let created: Vec<String> = a_tables
-            .iter()
-            .filter(|(id, _)| !b_tables.contains_key(id))
-            .map(|(_, t)| t.name.clone())
-            .collect();
         for (id, t) in &b_tables {
             if !a_tables.contains_key(id) {
                 tracing::warn!(table = %t.name, "a rolled-back statement removed a table: it cannot come back");
@@ -975,10 +1084,11 @@ impl Catalog {
                     continue;
                 }
                 let Some(now) = current.get(id) else { continue };
-                let restored = Arc::new(with_state_of(old, now));
+                let restored = Arc::new(with_state_of(&merge3(old, new, now)?, now));
                 let d = m.database_mut(db)?;
+                let name = restored.name.clone();
                 d.tables.remove(&now.name);
-                d.tables.insert(old.name.clone(), restored);
+                d.tables.insert(name, restored);
             }
             let d = m.database_mut(db)?;
             revert_entries(&mut d.views, &b.views, &a.views);
@@ -999,6 +1109,6 @@ impl Catalog {
             .map(|(_, q)| q.id)
             .collect();
         self.forget_sequence_positions(&changed);
-        Ok(created)
+        Ok(())
     }
 }

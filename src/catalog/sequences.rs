@@ -75,8 +75,10 @@ fn reached(name: &str, which: &str, v: i64) -> Error {
     )
 }
 
-/// The `n` values after `p` (`n` ≥ 1), or the bound a sequence without CYCLE hit.
-fn advance(def: &SequenceDef, p: Position, n: usize) -> Result<(Vec<i64>, Position)> {
+/// The `n` values after `p` (`n` ≥ 1) and whether a CYCLE sequence wrapped on the
+/// way, or the bound a sequence without CYCLE hit.
+fn advance(def: &SequenceDef, p: Position, n: usize) -> Result<(Vec<i64>, Position, bool)> {
+    let mut wrapped = false;
     let mut out = Vec::with_capacity(n);
     let mut last = p.last;
     let mut called = p.called;
@@ -87,11 +89,8 @@ fn advance(def: &SequenceDef, p: Position, n: usize) -> Result<(Vec<i64>, Positi
             match last.checked_add(def.increment) {
                 Some(v) if v >= def.min && v <= def.max => v,
                 _ if def.cycle => {
-                    if def.increment > 0 {
-                        def.min
-                    } else {
-                        def.max
-                    }
+                    wrapped = true;
+                    if def.increment > 0 { def.min } else { def.max }
                 }
                 _ if def.increment > 0 => return Err(reached(&def.name, "maximum", def.max)),
                 _ => return Err(reached(&def.name, "minimum", def.min)),
@@ -108,6 +107,7 @@ fn advance(def: &SequenceDef, p: Position, n: usize) -> Result<(Vec<i64>, Positi
             called,
             logged: p.logged,
         },
+        wrapped,
     ))
 }
 
@@ -123,7 +123,7 @@ impl Catalog {
             called: def.is_called,
             logged: def.last_value,
         });
-        let (values, mut next) = advance(&def, p, n.max(1))?;
+        let (values, mut next, wrapped) = advance(&def, p, n.max(1))?;
         let beyond = |v: i64| {
             if def.increment > 0 {
                 v > next.logged
@@ -131,7 +131,9 @@ impl Catalog {
                 v < next.logged
             }
         };
-        if !p.called || beyond(next.last) {
+        // After a wrap the logged value is behind: log again so a restart goes on
+        // from here rather than repeating what the new cycle handed out.
+        if !p.called || wrapped || beyond(next.last) {
             // Log ahead: values up to `ahead` may go out before the next write.
             let ahead = next
                 .last

@@ -250,10 +250,20 @@ impl AsyncScalarUDFImpl for LockFn {
                     value: k.value(r),
                     pair: false,
                 },
-                [a, b] if a.is_valid(r) && b.is_valid(r) => Key {
-                    value: (a.value(r) << 32) | (b.value(r) & 0xffff_ffff),
-                    pair: true,
-                },
+                [a, b] if a.is_valid(r) && b.is_valid(r) => {
+                    let (Ok(x), Ok(y)) = (i32::try_from(a.value(r)), i32::try_from(b.value(r)))
+                    else {
+                        return Err(Error::sql(
+                            "42883",
+                            format!("function {}(bigint, bigint) does not exist", self.name),
+                        )
+                        .into());
+                    };
+                    Key {
+                        value: (i64::from(x) << 32) | i64::from(y as u32),
+                        pair: true,
+                    }
+                }
                 _ => {
                     out.push(None);
                     continue;

@@ -63,8 +63,9 @@ pub fn handles(stmt: &Statement) -> bool {
 
 /// Management functions a block may call on any table: they change only
 /// definitions (policies), which ROLLBACK puts back.
-pub const DEFINITION_CALLS: [&str; 7] = [
-    "add_retention_policy",
+/// (`add_retention_policy` is not one: its job could drop chunks before the block
+/// ends, which ROLLBACK could not undo.)
+pub const DEFINITION_CALLS: [&str; 6] = [
     "remove_retention_policy",
     "add_compression_policy",
     "remove_compression_policy",
@@ -440,9 +441,7 @@ fn column_def(c: &ast::ColumnDef) -> Result<(ColumnDef, Option<Generated>)> {
             ColumnOption::Default(e) => {
                 let text = e.to_string();
                 match super::sequences::nextval_target(&text) {
-                    Some(seq) => {
-                        default = Some(format!("nextval('{}'::regclass)", seq.replace('\'', "''")))
-                    }
+                    Some(seq) => default = Some(super::sequences::nextval_default(&seq)),
                     None => {
                         crate::query::provider::default_expr(&text, &sql_type.to_arrow())?;
                         default = Some(text);
@@ -860,13 +859,25 @@ async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
         })
         .map(|(c, _)| c.clone())
         .collect();
+    if !s
+        .engine
+        .catalog()
+        .add_columns(&s.db, &name, at.if_exists, columns, in_memory)?
+    {
+        return Ok(Output::Command("ALTER TABLE".into()));
+    }
     for seq in pending_sequences {
         s.engine.catalog().create_sequence(&s.db, seq, false)?;
     }
-    s.engine
-        .catalog()
-        .add_columns(&s.db, &name, at.if_exists, columns, in_memory)?;
     fill_added_defaults(s, &name, &added).await?;
+    let not_null: Vec<String> = added
+        .iter()
+        .filter(|c| !c.nullable)
+        .map(|c| c.name.clone())
+        .collect();
+    if !not_null.is_empty() {
+        s.engine.catalog().set_not_null(&s.db, &name, &not_null)?;
+    }
     Ok(Output::Command("ALTER TABLE".into()))
 }
 

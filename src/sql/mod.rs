@@ -1445,6 +1445,7 @@ impl Session {
         shape: Option<plan_cache::Shape>,
     ) -> Result<Output> {
         let state = self.ctx.state();
+        self.check_calls_in_block(&stmt)?;
         let lifted = shape
             .as_ref()
             .and_then(|s| plan_cache::lift(stmt.clone(), s));

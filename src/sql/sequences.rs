@@ -180,7 +180,7 @@ pub fn for_columns(
         c.nullable = false;
         match g {
             Generated::Serial => {
-                c.default = Some(format!("nextval('{name}'::regclass)"));
+                c.default = Some(nextval_default(&name));
             }
             Generated::Identity { always, .. } => {
                 if c.default.is_some() {
@@ -312,11 +312,20 @@ fn uses_sequence(c: &ColumnDef, seq: &str) -> bool {
         || c.default.as_deref().and_then(nextval_target).as_deref() == Some(seq)
 }
 
+/// `nextval('s'::regclass)` as PostgreSQL shows a serial column's default (the
+/// name quoted when it needs it).
+pub fn nextval_default(seq: &str) -> String {
+    format!(
+        "nextval('{}'::regclass)",
+        crate::pgident::quote_ident(seq).replace('\'', "''")
+    )
+}
+
 /// The sequence a `nextval('name'[::regclass])` default names.
 pub fn nextval_target(default: &str) -> Option<String> {
     let rest = default.trim().strip_prefix("nextval('")?;
-    let end = rest.find('\'')?;
-    Some(relation_name(&rest[..end]))
+    let end = rest.find("'::regclass)").or_else(|| rest.rfind("')"))?;
+    Some(relation_name(&rest[..end].replace("''", "'")))
 }
 
 /// The sequence an argument names: its name as `regclass` text reads it, or its
@@ -398,9 +407,14 @@ pub fn insert_defaults(s: &Session, ins: &mut ast::Insert) -> Result<()> {
     };
     // DEFAULT in VALUES (and, with OVERRIDING USER VALUE, the values given for
     // identity columns).
-    let mut has_default_kw = false;
+    let mut defaulted: std::collections::HashSet<(usize, usize)> = Default::default();
+    if user_value && !matches!(src.body.as_ref(), SetExpr::Values(_)) {
+        return Err(Error::NotSupported(
+            "OVERRIDING USER VALUE is supported with VALUES only".into(),
+        ));
+    }
     if let SetExpr::Values(v) = src.body.as_mut() {
-        for row in v.rows.iter_mut() {
+        for (r, row) in v.rows.iter_mut().enumerate() {
             for (i, e) in row.iter_mut().enumerate() {
                 let user_identity = user_value
                     && listed
@@ -408,7 +422,7 @@ pub fn insert_defaults(s: &Session, ins: &mut ast::Insert) -> Result<()> {
                         .and_then(|c| table.column(c))
                         .is_some_and(|c| c.identity.is_some());
                 if is_default_keyword(e) || user_identity {
-                    has_default_kw = true;
+                    defaulted.insert((r, i));
                     if let Some(col) = listed.get(i) {
                         *e = default_of(col)?;
                     }
@@ -421,7 +435,7 @@ pub fn insert_defaults(s: &Session, ins: &mut ast::Insert) -> Result<()> {
         if let Some(id) = &c.identity
             && id.always
             && !overriding
-            && !all_defaults(src, i, c)
+            && !all_defaults(src, i, &defaulted)
         {
             return Err(Error::sql_detail_hint(
                 "428C9",
@@ -436,9 +450,6 @@ pub fn insert_defaults(s: &Session, ins: &mut ast::Insert) -> Result<()> {
         .iter()
         .filter(|c| !listed.contains(&c.name) && generates(c))
         .collect();
-    if omitted.is_empty() && !has_default_kw {
-        return Ok(());
-    }
     if omitted.is_empty() {
         return Ok(());
     }
@@ -488,19 +499,17 @@ pub fn generates(c: &ColumnDef) -> bool {
             .is_some_and(|d| nextval_target(d).is_some())
 }
 
-/// Whether every row of `src` gives column `i` its own default (`DEFAULT`, now
-/// written out as the column's `nextval`).
-fn all_defaults(src: &ast::Query, i: usize, c: &ColumnDef) -> bool {
+/// Whether every row of `src` gave column `i` the keyword `DEFAULT` (now written
+/// out as the column's `nextval`).
+fn all_defaults(
+    src: &ast::Query,
+    i: usize,
+    defaulted: &std::collections::HashSet<(usize, usize)>,
+) -> bool {
     let SetExpr::Values(v) = src.body.as_ref() else {
         return false;
     };
-    let Some(own) = c.insert_default() else {
-        return false;
-    };
-    let own = parse_expr(&own).ok();
-    v.rows
-        .iter()
-        .all(|r| r.get(i).is_some_and(|e| Some(e) == own.as_ref()))
+    (0..v.rows.len()).all(|r| defaulted.contains(&(r, i)))
 }
 
 fn is_default_keyword(e: &Expr) -> bool {
@@ -714,8 +723,9 @@ impl SeqFn {
                         continue;
                     };
                     let table: &Arc<TableDef> = m.table(&self.db, &relation_name(t))?;
+                    // The column is taken as written (PostgreSQL does not fold it).
                     let col = table
-                        .column(&relation_name(c))
+                        .column(c)
                         .ok_or_else(|| Error::UndefinedColumn(c.clone()))?;
                     let seq = match &col.identity {
                         Some(i) => Some(i.sequence.clone()),

@@ -436,43 +436,7 @@ impl Session {
         if !steps.is_empty() {
             self.plans.clear();
         }
-        for u in steps.into_iter().rev() {
-            let r = match &u {
-                Undo::Created(t) => self.engine.drop_table(&self.db, t, true).await.map(|_| ()),
-                Undo::Dropped { hidden, name } => {
-                    self.engine.catalog().rename_table(&self.db, hidden, name)
-                }
-                Undo::MadeHypertable {
-                    name,
-                    column,
-                    nullable,
-                } => self
-                    .engine
-                    .catalog()
-                    .unmake_hypertable(&self.db, name, column, *nullable),
-                Undo::Definitions { before, after } => {
-                    match self
-                        .engine
-                        .catalog()
-                        .revert_definitions(&self.db, before, after)
-                    {
-                        Ok(created) => {
-                            let mut r = Ok(());
-                            for t in created {
-                                if let Err(e) = self.engine.drop_table(&self.db, &t, true).await {
-                                    r = Err(e);
-                                }
-                            }
-                            r
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-            };
-            if let Err(e) = r {
-                tracing::warn!(step = ?u, error = %e, "could not undo DDL of a rolled-back block");
-            }
-        }
+        undo_steps(&self.engine, &self.db, steps).await;
     }
 
     /// After COMMIT: the tables the block dropped go for good.
@@ -598,6 +562,54 @@ impl Session {
             });
         }
         self.engine.commit_changes(&self.db, changes).await
+    }
+}
+
+/// Undoes a block's DDL, newest first.
+async fn undo_steps(engine: &crate::engine::Engine, db: &str, steps: Vec<Undo>) {
+    for u in steps.into_iter().rev() {
+        let r = match &u {
+            Undo::Created(t) => engine.drop_table(db, t, true).await.map(|_| ()),
+            Undo::Dropped { hidden, name } => engine.catalog().rename_table(db, hidden, name),
+            Undo::MadeHypertable {
+                name,
+                column,
+                nullable,
+            } => engine
+                .catalog()
+                .unmake_hypertable(db, name, column, *nullable),
+            Undo::Definitions { before, after } => {
+                engine.catalog().revert_definitions(db, before, after)
+            }
+        };
+        if let Err(e) = r {
+            tracing::warn!(step = ?u, error = %e, "could not undo DDL of a rolled-back block");
+        }
+    }
+}
+
+/// A session that ends inside a block (the client went away) rolls it back, DDL
+/// included, as PostgreSQL does.
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.staging.in_block() {
+            return;
+        }
+        self.staging.finish();
+        let steps = std::mem::take(&mut *self.block_ddl.undo.lock());
+        if steps.is_empty() {
+            return;
+        }
+        let (engine, db) = (self.engine.clone(), self.db.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(async move { undo_steps(&engine, &db, steps).await });
+            }
+            Err(_) => tracing::warn!(
+                database = %db,
+                "a session ended inside a block outside the runtime: its DDL stays"
+            ),
+        }
     }
 }
 

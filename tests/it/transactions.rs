@@ -448,3 +448,45 @@ async fn advisory_locks_are_exclusive_between_sessions() {
     a.batch_execute("COMMIT").await.expect("commit");
     assert!(flag(&c, "SELECT pg_try_advisory_lock(99)").await);
 }
+
+/// A client that goes away inside a block rolls it back, DDL included: the column
+/// and sequence it added are gone, as PostgreSQL ends such a session.
+#[tokio::test]
+async fn a_disconnect_inside_a_block_undoes_its_ddl() {
+    let server = TestServer::start();
+    let a = server.connect("sundial").await;
+    a.batch_execute("CREATE TABLE dis (id int, v text); INSERT INTO dis VALUES (1, 'x')")
+        .await
+        .expect("setup");
+    let b = server.connect("sundial").await;
+    b.batch_execute(
+        "BEGIN; ALTER TABLE dis ADD COLUMN extra int; CREATE SEQUENCE dis_seq; INSERT INTO dis VALUES (2, 'y', 3)",
+    )
+    .await
+    .expect("block");
+    drop(b);
+    let mut gone = false;
+    for _ in 0..400 {
+        let cols = text_rows(
+            &a,
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'dis'",
+        )
+        .await;
+        if cols == vec![vec![Some("2".to_string())]] {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(gone, "the block's column is gone after the disconnect");
+    let rows = text_rows(&a, "SELECT * FROM dis").await;
+    assert_eq!(
+        rows,
+        vec![vec![Some("1".to_string()), Some("x".to_string())]]
+    );
+    let err = a
+        .batch_execute("SELECT nextval('dis_seq')")
+        .await
+        .expect_err("the block's sequence is gone");
+    assert_eq!(err.as_db_error().map(|e| e.code().code()), Some("42P01"));
+}
