@@ -880,6 +880,26 @@ fn apply_edits(
 }
 
 impl Catalog {
+    /// `ALTER TABLE … ALTER COLUMN`: applies `f` to column `column` of `table`.
+    pub fn alter_column(
+        &self,
+        db: &str,
+        table: &str,
+        column: &str,
+        f: impl FnOnce(&mut ColumnDef),
+    ) -> Result<()> {
+        self.update(|m| {
+            let t = table_mut(m, db, table)?;
+            let c = Arc::make_mut(t)
+                .columns
+                .iter_mut()
+                .find(|c| c.name == column)
+                .ok_or_else(|| Error::UndefinedColumn(column.to_string()))?;
+            f(c);
+            Ok(())
+        })
+    }
+
     /// Makes `columns` of `table` NOT NULL (after their defaults filled the rows).
     pub fn set_not_null(&self, db: &str, table: &str, columns: &[String]) -> Result<()> {
         self.update(|m| {

@@ -817,6 +817,13 @@ async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
     {
         return Ok(Output::Command("ALTER TABLE".into()));
     }
+    if at
+        .operations
+        .iter()
+        .any(|op| matches!(op, AlterTableOperation::AlterColumn { .. }))
+    {
+        return alter_columns(s, &name, at).await;
+    }
     // Checked in statement order by the catalog: a bad definition or an
     // unsupported operation fails the statement where it stands.
     let mut pending_sequences = vec![];
@@ -879,6 +886,134 @@ async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
         s.engine.catalog().set_not_null(&s.db, &name, &not_null)?;
     }
     Ok(Output::Command("ALTER TABLE".into()))
+}
+
+/// `ALTER TABLE t ALTER COLUMN c { SET DEFAULT e | DROP DEFAULT | SET NOT NULL |
+/// DROP NOT NULL }` (several, comma-separated), checked and applied in order:
+/// SET NOT NULL fails with 23502 while a row holds NULL there.
+async fn alter_columns(s: &Session, table: &str, at: &ast::AlterTable) -> Result<Output> {
+    use ast::AlterColumnOperation as Op;
+    for op in &at.operations {
+        let AlterTableOperation::AlterColumn { column_name, op } = op else {
+            return Err(Error::NotSupported(format!(
+                "ALTER TABLE {op} together with ALTER COLUMN is not supported"
+            )));
+        };
+        let m = s.engine.catalog().snapshot();
+        let t = match m.table(&s.db, table) {
+            Ok(t) => t.clone(),
+            Err(_) if at.if_exists => return Ok(Output::Command("ALTER TABLE".into())),
+            Err(e) => return Err(e),
+        };
+        let col = args::fold(column_name);
+        let c = t.column(&col).cloned().ok_or_else(|| {
+            Error::sql(
+                "42703",
+                format!("column \"{col}\" of relation \"{table}\" does not exist"),
+            )
+        })?;
+        let identity = || {
+            Error::sql_detail_hint(
+                "42601",
+                format!("column \"{col}\" of relation \"{table}\" is an identity column"),
+                "An identity column takes its values from its sequence.",
+                "Use ALTER TABLE ... ALTER COLUMN ... DROP IDENTITY instead.",
+            )
+        };
+        match op {
+            Op::SetDefault { value } => {
+                if c.identity.is_some() {
+                    return Err(identity());
+                }
+                let text = value.to_string();
+                let default = match super::sequences::nextval_target(&text) {
+                    Some(seq) => super::sequences::nextval_default(&seq),
+                    None => {
+                        crate::query::provider::default_expr(&text, &c.sql_type.to_arrow())?;
+                        text
+                    }
+                };
+                let probe = ColumnDef {
+                    default: Some(default.clone()),
+                    ..c.clone()
+                };
+                check_sequence_defaults(s, std::slice::from_ref(&probe))?;
+                s.engine
+                    .catalog()
+                    .alter_column(&s.db, table, &col, |c| c.default = Some(default))?;
+            }
+            Op::DropDefault => {
+                s.engine
+                    .catalog()
+                    .alter_column(&s.db, table, &col, |c| c.default = None)?;
+            }
+            Op::SetNotNull => {
+                let sql = format!(
+                    "SELECT count(*) FROM {} WHERE {} IS NULL",
+                    crate::pgident::quote_ident(table),
+                    crate::pgident::quote_ident(&col)
+                );
+                let nulls = Box::pin(count_of(s, &sql)).await?;
+                if nulls > 0 {
+                    return Err(Error::sql(
+                        "23502",
+                        format!("column \"{col}\" of relation \"{table}\" contains null values"),
+                    ));
+                }
+                s.engine
+                    .catalog()
+                    .alter_column(&s.db, table, &col, |c| c.nullable = false)?;
+            }
+            Op::DropNotNull => {
+                if c.identity.is_some() {
+                    return Err(identity());
+                }
+                if t.keys
+                    .first()
+                    .is_some_and(|k| k.primary && k.columns.contains(&col))
+                {
+                    return Err(Error::sql(
+                        "42P16",
+                        format!("column \"{col}\" is in a primary key"),
+                    ));
+                }
+                if t.time_column.as_deref() == Some(col.as_str()) {
+                    return Err(Error::sql(
+                        "42P16",
+                        "cannot drop not-null constraint from a time-partitioned column",
+                    ));
+                }
+                s.engine
+                    .catalog()
+                    .alter_column(&s.db, table, &col, |c| c.nullable = true)?;
+            }
+            other => {
+                return Err(Error::NotSupported(format!(
+                    "ALTER TABLE ... ALTER COLUMN {col} {other} is not supported"
+                )));
+            }
+        }
+    }
+    Ok(Output::Command("ALTER TABLE".into()))
+}
+
+/// The one integer a `SELECT count(*) …` of the session answers.
+async fn count_of(s: &Session, sql: &str) -> Result<i64> {
+    use futures::TryStreamExt;
+    let stmt = super::parse(sql)?
+        .pop()
+        .ok_or_else(|| Error::Internal(format!("no statement in {sql}")))?;
+    let Output::Rows(_, stream) = s.run_statement(stmt).await? else {
+        return Err(Error::Internal(format!("{sql} gave no rows")));
+    };
+    let batches: Vec<RecordBatch> = stream.try_collect().await?;
+    let Some(b) = batches.iter().find(|b| b.num_rows() > 0) else {
+        return Ok(0);
+    };
+    let c = arrow::compute::cast(b.column(0), &DataType::Int64)?;
+    Ok(c.as_any()
+        .downcast_ref::<arrow::array::Int64Array>()
+        .map_or(0, |a| a.value(0)))
 }
 
 /// Rows a table had before `ADD COLUMN … DEFAULT x` read `x` in the new column, as
