@@ -817,6 +817,12 @@ async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
     {
         return Ok(Output::Command("ALTER TABLE".into()));
     }
+    if let [AlterTableOperation::RenameTable { table_name }] = at.operations.as_slice() {
+        let to = match table_name {
+            ast::RenameTableNameKind::As(n) | ast::RenameTableNameKind::To(n) => n,
+        };
+        return rename_table(s, &name, &args::table_name(to)?, at.if_exists);
+    }
     if at
         .operations
         .iter()
@@ -994,6 +1000,39 @@ async fn alter_columns(s: &Session, table: &str, at: &ast::AlterTable) -> Result
             }
         }
     }
+    Ok(Output::Command("ALTER TABLE".into()))
+}
+
+/// `ALTER TABLE t RENAME TO u`: the table keeps its chunks, keys, grants, owner,
+/// comments and sequences (which keep their names, as in PostgreSQL). Refused
+/// (0A000) while a view or continuous aggregate names the table: they are kept as
+/// SQL text and would not follow.
+fn rename_table(s: &Session, from: &str, to: &str, if_exists: bool) -> Result<Output> {
+    let m = s.engine.catalog().snapshot();
+    let d = m.database(&s.db)?;
+    let Some(t) = d.tables.get(from) else {
+        if if_exists {
+            return Ok(Output::Command("ALTER TABLE".into()));
+        }
+        return Err(Error::UndefinedTable(from.to_string()));
+    };
+    let feeds_cagg = d
+        .tables
+        .values()
+        .filter_map(|x| x.cagg.as_ref())
+        .any(|c| c.source_id == t.id || c.raw_id == t.id);
+    if t.cagg.is_some() || feeds_cagg || super::viewdefs::dependents_exist(s, from)? {
+        return Err(Error::NotSupported(format!(
+            "ALTER TABLE {from} RENAME: views or continuous aggregates depend on it (drop them, rename, then create them again)"
+        )));
+    }
+    if d.views.contains_key(to) || d.sequences.contains_key(to) || d.tables.contains_key(to) {
+        return Err(Error::sql(
+            "42P07",
+            format!("relation \"{to}\" already exists"),
+        ));
+    }
+    s.engine.catalog().rename_table(&s.db, from, to)?;
     Ok(Output::Command("ALTER TABLE".into()))
 }
 
