@@ -296,6 +296,7 @@ impl Catalog {
                 .remove(from)
                 .ok_or_else(|| Error::UndefinedTable(from.to_string()))?;
             Arc::make_mut(&mut t).name = to.to_string();
+            let table_id = t.id;
             d.tables.insert(to.to_string(), t);
             // Sequences the table's columns own follow it; while a block holds it
             // dropped they go out of the way too (a new table may take the name).
@@ -312,9 +313,10 @@ impl Catalog {
                 if let Some((owner, _)) = q.owned_by.as_mut() {
                     *owner = to.to_string();
                 }
+                let hidden = format!("{DROPPED_PREFIX}{table_id}_");
                 if to.starts_with(DROPPED_PREFIX) {
-                    q.name = format!("{DROPPED_PREFIX}{}", q.name);
-                } else if let Some(orig) = q.name.strip_prefix(DROPPED_PREFIX) {
+                    q.name = format!("{hidden}{}", q.name);
+                } else if let Some(orig) = q.name.strip_prefix(&hidden) {
                     q.name = orig.to_string();
                 }
                 if d.sequences.contains_key(&q.name) {
@@ -1104,8 +1106,18 @@ impl Catalog {
                     continue;
                 }
                 let Some(now) = current.get(id) else { continue };
-                let restored = Arc::new(with_state_of(&merge3(old, new, now)?, now));
+                let mut merged = merge3(old, new, now)?;
                 let d = m.database_mut(db)?;
+                // The old name taken meanwhile (line protocol made a new table of
+                // it): the table keeps the name it has.
+                let taken = d.tables.get(&merged.name).is_some_and(|x| x.id != *id)
+                    || d.views.contains_key(&merged.name)
+                    || d.sequences.contains_key(&merged.name);
+                if merged.name != now.name && taken {
+                    tracing::warn!(table = %now.name, wanted = %merged.name, "ROLLBACK cannot give a table its old name back: taken");
+                    merged.name = now.name.clone();
+                }
+                let restored = Arc::new(with_state_of(&merged, now));
                 let name = restored.name.clone();
                 d.tables.remove(&now.name);
                 d.tables.insert(name, restored);

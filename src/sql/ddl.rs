@@ -860,7 +860,14 @@ async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
             ))),
         })
         .collect();
-    let in_memory = has_rows_in_memory(s, &name);
+    // Rows the block staged count too.
+    let in_memory = has_rows_in_memory(s, &name)
+        || (s.staging.in_block()
+            && s.engine
+                .catalog()
+                .snapshot()
+                .table(&s.db, &name)
+                .is_ok_and(|t| !s.staging.ops_for(t.id).is_empty()));
     let before = s.engine.catalog().snapshot();
     let added: Vec<ColumnDef> = columns
         .iter()
@@ -888,9 +895,7 @@ async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
         .filter(|c| !c.nullable)
         .map(|c| c.name.clone())
         .collect();
-    if !not_null.is_empty() {
-        s.engine.catalog().set_not_null(&s.db, &name, &not_null)?;
-    }
+    s.set_not_null(&name, not_null)?;
     Ok(Output::Command("ALTER TABLE".into()))
 }
 
@@ -899,6 +904,13 @@ async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
 /// SET NOT NULL fails with 23502 while a row holds NULL there.
 async fn alter_columns(s: &Session, table: &str, at: &ast::AlterTable) -> Result<Output> {
     use ast::AlterColumnOperation as Op;
+    /// What one operation changes, applied once every operation checked out.
+    enum Change {
+        Default(Option<String>),
+        NotNull,
+        Nullable,
+    }
+    let mut changes: Vec<(String, Change)> = vec![];
     for op in &at.operations {
         let AlterTableOperation::AlterColumn { column_name, op } = op else {
             return Err(Error::NotSupported(format!(
@@ -944,14 +956,13 @@ async fn alter_columns(s: &Session, table: &str, at: &ast::AlterTable) -> Result
                     ..c.clone()
                 };
                 check_sequence_defaults(s, std::slice::from_ref(&probe))?;
-                s.engine
-                    .catalog()
-                    .alter_column(&s.db, table, &col, |c| c.default = Some(default))?;
+                changes.push((col, Change::Default(Some(default))));
             }
             Op::DropDefault => {
-                s.engine
-                    .catalog()
-                    .alter_column(&s.db, table, &col, |c| c.default = None)?;
+                if c.identity.is_some() {
+                    return Err(identity());
+                }
+                changes.push((col, Change::Default(None)));
             }
             Op::SetNotNull => {
                 let sql = format!(
@@ -966,9 +977,7 @@ async fn alter_columns(s: &Session, table: &str, at: &ast::AlterTable) -> Result
                         format!("column \"{col}\" of relation \"{table}\" contains null values"),
                     ));
                 }
-                s.engine
-                    .catalog()
-                    .alter_column(&s.db, table, &col, |c| c.nullable = false)?;
+                changes.push((col, Change::NotNull));
             }
             Op::DropNotNull => {
                 if c.identity.is_some() {
@@ -989,9 +998,7 @@ async fn alter_columns(s: &Session, table: &str, at: &ast::AlterTable) -> Result
                         "cannot drop not-null constraint from a time-partitioned column",
                     ));
                 }
-                s.engine
-                    .catalog()
-                    .alter_column(&s.db, table, &col, |c| c.nullable = true)?;
+                changes.push((col, Change::Nullable));
             }
             other => {
                 return Err(Error::NotSupported(format!(
@@ -1000,6 +1007,21 @@ async fn alter_columns(s: &Session, table: &str, at: &ast::AlterTable) -> Result
             }
         }
     }
+    let mut not_null = vec![];
+    for (col, change) in changes {
+        match change {
+            Change::Default(d) => s
+                .engine
+                .catalog()
+                .alter_column(&s.db, table, &col, |c| c.default = d)?,
+            Change::Nullable => s
+                .engine
+                .catalog()
+                .alter_column(&s.db, table, &col, |c| c.nullable = true)?,
+            Change::NotNull => not_null.push(col),
+        }
+    }
+    s.set_not_null(table, not_null)?;
     Ok(Output::Command("ALTER TABLE".into()))
 }
 
@@ -1008,6 +1030,23 @@ async fn alter_columns(s: &Session, table: &str, at: &ast::AlterTable) -> Result
 /// (0A000) while a view or continuous aggregate names the table: they are kept as
 /// SQL text and would not follow.
 fn rename_table(s: &Session, from: &str, to: &str, if_exists: bool) -> Result<Output> {
+    if [from, to]
+        .iter()
+        .any(|n| n.starts_with(crate::catalog::DROPPED_PREFIX))
+    {
+        return Err(Error::sql(
+            "42939",
+            format!(
+                "names starting with \"{}\" are reserved for tables dropped in open blocks",
+                crate::catalog::DROPPED_PREFIX
+            ),
+        ));
+    }
+    if s.is_created_in_block(from) {
+        return Err(Error::NotSupported(format!(
+            "ALTER TABLE {from} RENAME in the block that created it: rename it after COMMIT"
+        )));
+    }
     let m = s.engine.catalog().snapshot();
     let d = m.database(&s.db)?;
     let Some(t) = d.tables.get(from) else {

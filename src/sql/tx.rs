@@ -76,6 +76,9 @@ enum Undo {
 #[derive(Debug, Default)]
 pub struct BlockDdl {
     undo: parking_lot::Mutex<Vec<Undo>>,
+    /// Columns to make NOT NULL once COMMIT has applied the rows that fill them
+    /// (the shared catalog must not say NOT NULL while stored rows hold NULL).
+    not_null: parking_lot::Mutex<Vec<(String, Vec<String>)>>,
 }
 
 impl BlockDdl {
@@ -128,6 +131,25 @@ impl Session {
     fn reset_block(&self) {
         *self.tx.lock() = TxState::default();
         self.block_ddl.undo.lock().clear();
+        self.block_ddl.not_null.lock().clear();
+    }
+
+    /// Makes `columns` of `table` NOT NULL: now, or inside a block at COMMIT, once
+    /// the rows the block filled them with are applied.
+    pub(crate) fn set_not_null(&self, table: &str, columns: Vec<String>) -> Result<()> {
+        if columns.is_empty() {
+            return Ok(());
+        }
+        if self.staging.in_block() {
+            self.block_ddl
+                .not_null
+                .lock()
+                .push((table.to_string(), columns));
+            return Ok(());
+        }
+        self.engine
+            .catalog()
+            .set_not_null(&self.db, table, &columns)
     }
 
     /// Records that a statement failed: inside a block, the block is now aborted.
@@ -427,6 +449,7 @@ impl Session {
         self.staging.finish();
         let state = std::mem::take(&mut *self.tx.lock());
         let undo = std::mem::take(&mut *self.block_ddl.undo.lock());
+        self.block_ddl.not_null.lock().clear();
         self.end_settings(state.set_in_block, false);
         self.undo(undo).await;
     }
@@ -462,6 +485,12 @@ impl Session {
             Ok(()) => {
                 self.end_settings(state.set_in_block, true);
                 self.finish_drops(&undo).await;
+                let not_null = std::mem::take(&mut *self.block_ddl.not_null.lock());
+                for (table, cols) in not_null {
+                    if let Err(e) = self.engine.catalog().set_not_null(&self.db, &table, &cols) {
+                        tracing::warn!(%table, error = %e, "could not make columns NOT NULL at COMMIT");
+                    }
+                }
                 Ok(())
             }
             Err(e) => {
