@@ -1055,6 +1055,11 @@ fn rename_table(s: &Session, from: &str, to: &str, if_exists: bool) -> Result<Ou
         }
         return Err(Error::UndefinedTable(from.to_string()));
     };
+    if s.staging.in_block() && !s.staging.ops_for(t.id).is_empty() {
+        return Err(Error::NotSupported(format!(
+            "ALTER TABLE {from} RENAME in a block that changed its rows: rename it in its own transaction"
+        )));
+    }
     let feeds_cagg = d
         .tables
         .values()
