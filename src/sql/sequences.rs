@@ -770,21 +770,19 @@ impl ScalarUDFImpl for SeqFn {
         args: ScalarFunctionArgs,
     ) -> datafusion::error::Result<ColumnarValue> {
         let n = args.number_rows;
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let arrays = args
-            .args
-            .iter()
-            .map(|a| a.to_array(n.max(1)))
-            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let (arrays, scalar) = super::functions::arrays_of(&args)?;
         // nextval gives one value per row even for a constant argument.
         let rows = if scalar && self.op != Op::Nextval {
             1
         } else {
-            n.max(1)
+            n
         };
+        if n == 0 {
+            return Ok(ColumnarValue::Array(arrow::array::new_null_array(
+                &self.return_type(&[])?,
+                0,
+            )));
+        }
         let out = self.run(&arrays, scalar, rows)?;
         if scalar && self.op != Op::Nextval {
             return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));

@@ -177,6 +177,18 @@ fn oid_to_text(
 }
 
 /// A function that is NULL for every input (no such objects in Sundial).
+/// The database's `COMMENT ON` texts and its relations (for their oids).
+fn comments_and_relations(
+    c: &CatalogCtx,
+) -> (std::collections::BTreeMap<String, String>, Vec<Rel>) {
+    let m = c.engine.catalog().snapshot();
+    let comments = m
+        .database(&c.db)
+        .map(|d| d.comments.clone())
+        .unwrap_or_default();
+    (comments, relations(c))
+}
+
 fn always_null(name: &'static str, kinds: &'static [K], min: usize, ret: DataType) -> ScalarUDF {
     udf(
         name,
@@ -345,12 +357,7 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
                 Some(k) => strs(k)?,
                 None => vec![Some("pg_class".to_string()); n],
             };
-            let m = c.engine.catalog().snapshot();
-            let comments = m
-                .database(&c.db)
-                .map(|d| d.comments.clone())
-                .unwrap_or_default();
-            let rels = relations(&c);
+            let (comments, rels) = comments_and_relations(&c);
             let out: StringArray = oids
                 .iter()
                 .zip(kinds)
@@ -378,12 +385,7 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
         move |a, _| {
             let oids = ints(&a[0])?;
             let nums = ints(&a[1])?;
-            let m = c.engine.catalog().snapshot();
-            let comments = m
-                .database(&c.db)
-                .map(|d| d.comments.clone())
-                .unwrap_or_default();
-            let rels = relations(&c);
+            let (comments, rels) = comments_and_relations(&c);
             let out: StringArray = oids
                 .iter()
                 .zip(&nums)
