@@ -143,6 +143,9 @@ pub struct TableDef {
     /// PRIMARY KEY and UNIQUE constraints (the primary key first).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<KeyDef>,
+    /// CHECK constraints, by name (PostgreSQL tests them in name order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckDef>,
     /// `timescaledb.compress` settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<CompressionDef>,
@@ -156,6 +159,23 @@ pub struct KeyDef {
     pub name: String,
     pub columns: Vec<String>,
     pub primary: bool,
+}
+
+/// A CHECK constraint: a row is written only where `expr` is true or NULL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckDef {
+    /// Constraint name (`t_a_check`, `t_check` by default).
+    pub name: String,
+    /// The condition as SQL text over the table's columns.
+    pub expr: String,
+    /// False after `ADD CONSTRAINT … NOT VALID` until `VALIDATE CONSTRAINT`: the
+    /// stored rows were not checked (new rows always are).
+    #[serde(default = "yes", skip_serializing_if = "Clone::clone")]
+    pub validated: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// TimescaleDB's rule: every unique constraint of a hypertable holds the
@@ -335,6 +355,7 @@ impl TableDef {
             invalidations: self.invalidations.clone(),
             dropped: self.dropped.clone(),
             keys: self.keys.clone(),
+            checks: self.checks.clone(),
             compression: self.compression.clone(),
         }
     }
@@ -683,6 +704,7 @@ mod tests {
             line_protocol: false,
             lp_columns: false,
             keys: vec![],
+            checks: vec![],
             compression: None,
         }
     }

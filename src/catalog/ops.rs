@@ -28,6 +28,7 @@ pub struct NewTable {
     pub lp_columns: bool,
     /// PRIMARY KEY and UNIQUE constraints.
     pub keys: Vec<super::KeyDef>,
+    pub checks: Vec<super::CheckDef>,
     pub compression: Option<super::CompressionDef>,
 }
 
@@ -48,6 +49,7 @@ impl NewTable {
             invalidations: vec![],
             dropped: vec![],
             keys: self.keys,
+            checks: self.checks,
             compression: self.compression,
         }
     }
@@ -581,6 +583,48 @@ impl Catalog {
 
     /// Drops the key `name` of `table` (any table of the database when `None`).
     /// Returns the table it belonged to; `None` when there is no such key.
+    /// Adds a CHECK constraint to `table` (42710 when the table has a
+    /// constraint of that name). The caller tests the stored rows.
+    pub fn add_check(&self, db: &str, table: &str, check: super::CheckDef) -> Result<()> {
+        self.update(|m| {
+            let t = Arc::make_mut(table_mut(m, db, table)?);
+            if t.keys.iter().any(|k| k.name == check.name)
+                || t.checks.iter().any(|c| c.name == check.name)
+            {
+                return Err(Error::sql(
+                    "42710",
+                    format!(
+                        "constraint \"{}\" for relation \"{table}\" already exists",
+                        check.name
+                    ),
+                ));
+            }
+            t.checks.push(check);
+            Ok(())
+        })
+    }
+
+    /// Removes the CHECK constraint `name` of `table`; whether there was one.
+    pub fn drop_check(&self, db: &str, table: &str, name: &str) -> Result<bool> {
+        self.update(|m| {
+            let t = Arc::make_mut(table_mut(m, db, table)?);
+            let before = t.checks.len();
+            t.checks.retain(|c| c.name != name);
+            Ok(t.checks.len() != before)
+        })
+    }
+
+    /// Marks the CHECK constraint `name` of `table` valid (its rows were tested).
+    pub fn validate_check(&self, db: &str, table: &str, name: &str) -> Result<()> {
+        self.update(|m| {
+            let t = Arc::make_mut(table_mut(m, db, table)?);
+            if let Some(c) = t.checks.iter_mut().find(|c| c.name == name) {
+                c.validated = true;
+            }
+            Ok(())
+        })
+    }
+
     pub fn drop_key(&self, db: &str, table: Option<&str>, name: &str) -> Result<Option<String>> {
         self.update(|m| {
             let d = m.database_mut(db)?;

@@ -224,7 +224,7 @@ pub fn key_text(batch: &RecordBatch, key: &KeyDef, row: usize) -> String {
         .columns
         .iter()
         .map(|c| match batch.schema().index_of(c) {
-            Ok(i) => value_text(batch.column(i), row),
+            Ok(i) => crate::write::checks::value_text(batch.column(i), row),
             Err(_) => String::new(),
         })
         .collect();
@@ -283,43 +283,5 @@ fn quote_ident(name: &str) -> String {
         name.to_string()
     } else {
         format!("\"{}\"", name.replace('"', "\"\""))
-    }
-}
-
-/// One value as PostgreSQL's text output (UTC for timestamps with a zone).
-fn value_text(a: &ArrayRef, row: usize) -> String {
-    if a.is_null(row) {
-        return "null".into();
-    }
-    match a.data_type() {
-        DataType::Timestamp(_, tz) => {
-            let Ok(m) = arrow::compute::cast(a, &DataType::Timestamp(TimeUnit::Microsecond, None))
-            else {
-                return String::new();
-            };
-            let v = m.as_primitive::<TimestampMicrosecondType>().value(row);
-            let Some(dt) = chrono::DateTime::from_timestamp_micros(v) else {
-                return v.to_string();
-            };
-            let mut s = dt.format("%Y-%m-%d %H:%M:%S").to_string();
-            let frac = v.rem_euclid(1_000_000);
-            if frac != 0 {
-                let f = format!("{frac:06}");
-                s.push('.');
-                s.push_str(f.trim_end_matches('0'));
-            }
-            if tz.is_some() {
-                s.push_str("+00");
-            }
-            s
-        }
-        DataType::Boolean => {
-            if a.as_boolean().value(row) {
-                "t".into()
-            } else {
-                "f".into()
-            }
-        }
-        _ => arrow::util::display::array_value_to_string(a, row).unwrap_or_default(),
     }
 }

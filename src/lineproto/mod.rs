@@ -874,6 +874,7 @@ pub async fn write(
             }
         }
     }
+    let mut ready = vec![];
     for (m, table) in measurements.into_iter().zip(tables) {
         let table = match table {
             Ok(t) => t,
@@ -889,14 +890,62 @@ pub async fn write(
                 continue;
             }
         };
-        let n = engine.write(&table, m.batch).await?;
-        out.rows += n;
+        let batch = without_failing_checks(&table, m.batch, &m.lines, &mut out)?;
+        ready.push((table, batch));
+    }
+    if out.dropped > 0 && !opts.accept_partial {
+        out.dropped += ready.iter().map(|(_, b)| b.num_rows()).sum::<usize>();
+        stats
+            .lp_lines_rejected
+            .fetch_add(out.dropped as u64, Ordering::Relaxed);
+        return Ok(out);
+    }
+    for (table, batch) in ready {
+        if batch.num_rows() > 0 {
+            out.rows += engine.write(&table, batch).await?;
+        }
     }
     stats.lp_rows.fetch_add(out.rows, Ordering::Relaxed);
     stats
         .lp_lines_rejected
         .fetch_add(out.dropped as u64, Ordering::Relaxed);
     Ok(out)
+}
+
+/// `batch` without the rows that make a CHECK of `table` false: each is a
+/// rejected line (23514's message), the others are written.
+fn without_failing_checks(
+    table: &TableDef,
+    batch: RecordBatch,
+    lines: &[usize],
+    out: &mut WriteOutcome,
+) -> Result<RecordBatch> {
+    if table.checks.is_empty() {
+        return Ok(batch);
+    }
+    let conformed = crate::write::conform(table, &batch)?;
+    let failing = crate::write::checks::failing_rows(table, &conformed)?;
+    if failing.is_empty() {
+        return Ok(batch);
+    }
+    let mut keep = vec![true; batch.num_rows()];
+    for (row, check) in failing {
+        keep[row] = false;
+        out.dropped += 1;
+        if out.errors.len() < MAX_REPORTED_ERRORS {
+            out.errors.push(LineError {
+                line: lines.get(row).copied().unwrap_or_default(),
+                text: String::new(),
+                message: format!(
+                    "new row for relation \"{}\" violates check constraint \"{check}\": failing row contains ({})",
+                    table.name,
+                    crate::write::checks::row_text(&conformed, row)
+                ),
+            });
+        }
+    }
+    let mask = arrow::array::BooleanArray::from(keep);
+    Ok(arrow::compute::filter_record_batch(&batch, &mask)?)
 }
 
 fn create_database(engine: &Engine, db: &str) -> Result<()> {
@@ -955,6 +1004,7 @@ fn ensure_tables(
                 line_protocol: true,
                 lp_columns: false,
                 keys: vec![],
+                checks: vec![],
                 compression: None,
             },
             // Tables already complete ask for nothing: they come back unchanged.

@@ -97,6 +97,7 @@ pub async fn bind(engine: &Engine) -> Result<Listeners> {
 
 /// Serves until the engine's shutdown token fires.
 pub async fn serve(engine: Arc<Engine>, listeners: Listeners) {
+    crate::sql::checks::install();
     crate::sql::cagg::start_policies(&engine);
     let mut tasks = vec![];
     let require = engine.config().tls_require;

@@ -236,6 +236,7 @@ pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
         line_protocol: false,
         lp_columns: false,
         keys: vec![],
+        checks: vec![],
         compression: None,
     };
     s.engine.catalog().create_cagg(&s.db, table, cagg, view)?;

@@ -1,5 +1,5 @@
 //! Unique keys as DDL: `CREATE [UNIQUE] INDEX`, `DROP INDEX`, `ALTER TABLE
-//! ADD/DROP CONSTRAINT` (PRIMARY KEY, UNIQUE). Sundial keeps no secondary indexes
+//! ADD/DROP/VALIDATE CONSTRAINT` (PRIMARY KEY, UNIQUE; CHECK goes to `checks`). Sundial keeps no secondary indexes
 //! (chunks are pruned by their statistics): a plain index is accepted and changes
 //! nothing, a unique one is a key every write checks.
 
@@ -34,6 +34,7 @@ pub fn handles(stmt: &Statement) -> bool {
                         op,
                         AlterTableOperation::AddConstraint { .. }
                             | AlterTableOperation::DropConstraint { .. }
+                            | AlterTableOperation::ValidateConstraint { .. }
                     )
                 })
         }
@@ -126,6 +127,16 @@ async fn alter(s: &Session, at: &ast::AlterTable) -> Result<Output> {
     let table = args::table_name(&at.name)?;
     for op in &at.operations {
         match op {
+            AlterTableOperation::AddConstraint {
+                constraint: ast::TableConstraint::Check(c),
+                not_valid,
+            } => {
+                let name = c.name.as_ref().map(args::fold);
+                super::checks::add(s, &table, name, &c.expr, None, *not_valid).await?;
+            }
+            AlterTableOperation::ValidateConstraint { name } => {
+                super::checks::validate(s, &table, &args::fold(name)).await?;
+            }
             AlterTableOperation::AddConstraint { constraint, .. } => {
                 let (name, cols, primary) = match constraint {
                     ast::TableConstraint::PrimaryKey(p) => (p.name.as_ref(), &p.columns, true),
@@ -163,6 +174,7 @@ async fn alter(s: &Session, at: &ast::AlterTable) -> Result<Output> {
                     .catalog()
                     .drop_key(&s.db, Some(&table), &name)?
                     .is_none()
+                    && !s.engine.catalog().drop_check(&s.db, &table, &name)?
                     && !*if_exists
                 {
                     return Err(Error::sql(

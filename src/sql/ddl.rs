@@ -471,8 +471,8 @@ fn column_def(c: &ast::ColumnDef) -> Result<(ColumnDef, Option<Generated>)> {
             ColumnOption::NotNull => nullable = false,
             ColumnOption::Null => nullable = true,
             ColumnOption::PrimaryKey(_) => nullable = false,
-            // Taken by the table's keys.
-            ColumnOption::Unique(_) => {}
+            // Taken by the table's keys and CHECK constraints.
+            ColumnOption::Unique(_) | ColumnOption::Check(_) => {}
             // Text compares by bytes, which is what C and POSIX mean.
             ColumnOption::Collation(c)
                 if ["c", "posix", "default"].contains(
@@ -606,6 +606,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
         }
     }
     let keys = table_keys(ct, &name, &mut columns)?;
+    let checks = super::checks::from_create(s, ct, &name, &columns)?;
     let opts = with_options(ct)?;
     // TimescaleDB 2.2x: a table created as a hypertable has the columnstore enabled
     // unless `tsdb.enable_columnstore = false`.
@@ -664,6 +665,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
             line_protocol: false,
             lp_columns: opts.lp_columns,
             keys,
+            checks,
             compression,
         },
         sequences,
@@ -777,6 +779,7 @@ fn table_keys(
             ast::TableConstraint::Unique(u) => {
                 add(u.name.as_ref(), index_cols(&u.columns)?, false)?
             }
+            ast::TableConstraint::Check(_) => {}
             other => {
                 return Err(Error::NotSupported(format!(
                     "table constraint {other} is not supported (Sundial would not enforce it)"
@@ -879,12 +882,25 @@ async fn alter_table(s: &Session, at: &ast::AlterTable) -> Result<Output> {
         })
         .map(|(c, _)| c.clone())
         .collect();
+    let mut checks = vec![];
+    if before.table(&s.db, &name).is_ok() {
+        for op in &at.operations {
+            if let AlterTableOperation::AddColumn { column_def: cd, .. } = op
+                && let Some(c) = added.iter().find(|c| c.name == args::fold(&cd.name))
+            {
+                checks.extend(super::checks::for_added_column(s, &name, cd, c).await?);
+            }
+        }
+    }
     if !s
         .engine
         .catalog()
         .add_columns(&s.db, &name, at.if_exists, columns, in_memory)?
     {
         return Ok(Output::Command("ALTER TABLE".into()));
+    }
+    for c in checks {
+        s.engine.catalog().add_check(&s.db, &name, c)?;
     }
     for seq in pending_sequences {
         s.engine.catalog().create_sequence(&s.db, seq, false)?;

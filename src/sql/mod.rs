@@ -7,6 +7,7 @@ pub mod advisory;
 pub mod args;
 pub mod cagg;
 pub mod calls;
+pub mod checks;
 pub mod chunks;
 pub mod complexity;
 pub mod compression;

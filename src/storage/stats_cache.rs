@@ -254,6 +254,7 @@ mod tests {
             invalidations: vec![],
             dropped: vec![],
             keys: vec![],
+            checks: vec![],
             compression: None,
         })
     }

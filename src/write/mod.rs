@@ -23,6 +23,8 @@ use crate::error::{Error, Result};
 use crate::storage;
 use crate::wal::{Replayed, Wal};
 
+pub mod checks;
+
 const KIND_WRITE: u8 = 1;
 /// Rows for several tables written as one record: a committed transaction.
 const KIND_TX: u8 = 2;
@@ -467,8 +469,16 @@ impl WriteService {
     }
 }
 
-/// Casts `batch` to the table schema and checks NOT NULL constraints.
+/// Casts `batch` to the table schema and checks NOT NULL and CHECK constraints.
 pub fn validate(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
+    let batch = conform(table, batch)?;
+    checks::enforce(table, &batch)?;
+    Ok(batch)
+}
+
+/// Casts `batch` to the table schema and checks NOT NULL constraints (what
+/// [`validate`] does before the CHECKs).
+pub fn conform(table: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
     let schema = table.schema();
     let mut cols = Vec::with_capacity(schema.fields().len());
     for (i, f) in schema.fields().iter().enumerate() {

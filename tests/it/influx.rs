@@ -424,6 +424,61 @@ async fn check_partial_write(server: &TestServer, path: &str, db: &str) -> Resp 
     r
 }
 
+/// A SQL table's CHECK holds for line protocol too: the failing line is
+/// rejected by number with the constraint's name, the others are written.
+#[tokio::test]
+async fn check_constraint_rejects_only_the_failing_lines() {
+    let server = TestServer::start();
+    let client = server.connect("sundial").await;
+    client
+        .batch_execute(
+            "CREATE TABLE ckm (time timestamptz NOT NULL, host text, v float8 CHECK (v >= 0)) \
+             WITH (tsdb.hypertable, sundial.line_protocol_columns = true)",
+        )
+        .await
+        .unwrap();
+    let body = "ckm,host=a v=1 1700000000000000000\n\
+                ckm,host=b v=-1 1700000001000000000\n\
+                ckm,host=c v=2 1700000002000000000\n";
+    let r = post(&server.http_url("/write?db=sundial"), body).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let msg = error_message(&r);
+    assert!(msg.starts_with("partial write:"), "{msg:?}");
+    assert!(msg.contains("line 2"), "{msg:?}");
+    assert!(msg.contains("ckm_v_check"), "{msg:?}");
+    assert!(msg.trim_end().ends_with("dropped=1"), "{msg:?}");
+    let rows = query(&client, "SELECT host, v FROM ckm ORDER BY time").await;
+    let got: Vec<(String, f64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(got, vec![("a".to_string(), 1.0), ("c".to_string(), 2.0)]);
+    // COPY: the first failing row fails the statement and nothing is written.
+    let err = client
+        .batch_execute(
+            "CREATE TABLE ckc (id int, v int CHECK (v > 0)); \
+             INSERT INTO ckc VALUES (1, 1)",
+        )
+        .await;
+    assert!(err.is_ok(), "{err:?}");
+    let sink = client
+        .copy_in::<_, bytes::Bytes>("COPY ckc FROM STDIN")
+        .await
+        .unwrap();
+    use futures::SinkExt;
+    let mut sink = Box::pin(sink);
+    sink.send(bytes::Bytes::from_static(b"2\t5\n3\t0\n4\t7\n"))
+        .await
+        .unwrap();
+    let e = sink.as_mut().finish().await.unwrap_err();
+    let db = e.as_db_error().expect("a database error");
+    assert_eq!(db.code(), &SqlState::CHECK_VIOLATION);
+    assert_eq!(
+        db.message(),
+        "new row for relation \"ckc\" violates check constraint \"ckc_v_check\""
+    );
+    assert_eq!(db.detail(), Some("Failing row contains (3, 0)."));
+    let rows = query(&client, "SELECT count(*) FROM ckc").await;
+    assert_eq!(rows[0].get::<_, i64>(0), 1);
+}
+
 #[tokio::test]
 async fn partial_write_v1_keeps_good_lines() {
     let server = TestServer::start();

@@ -402,12 +402,37 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
         },
     ));
     fns.push(always_null("shobj_description", &[O, S], 2, Utf8));
-    for name in [
-        "pg_get_indexdef",
+    let c = cat.clone();
+    fns.push(udf(
         "pg_get_constraintdef",
-        "pg_get_triggerdef",
-        "pg_get_ruledef",
-    ] {
+        &[O, A],
+        1,
+        Utf8,
+        Volatility::Stable,
+        move |a, _| {
+            let oids = ints(&a[0])?;
+            let pretty = match a.get(1) {
+                Some(p) => strs(p)?,
+                None => vec![None; oids.len()],
+            };
+            let all = super::constraints(&c);
+            let out: StringArray = oids
+                .iter()
+                .zip(pretty)
+                .map(|(o, p)| {
+                    let k = all.iter().find(|k| Some(i64::from(k.oid)) == *o)?;
+                    let pretty = p.is_some_and(|p| p == "true" || p == "t");
+                    Some(if pretty {
+                        k.pretty.clone()
+                    } else {
+                        k.def.clone()
+                    })
+                })
+                .collect();
+            Ok(Arc::new(out))
+        },
+    ));
+    for name in ["pg_get_indexdef", "pg_get_triggerdef", "pg_get_ruledef"] {
         fns.push(always_null(name, &[A, A, A], 1, Utf8));
     }
     for name in [

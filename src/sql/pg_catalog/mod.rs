@@ -475,6 +475,121 @@ pub struct Rel {
     pub atts: Vec<Att>,
 }
 
+/// A PRIMARY KEY, UNIQUE or CHECK constraint as `pg_constraint` shows it.
+pub struct Constraint {
+    pub oid: i32,
+    pub name: String,
+    /// `p`, `u` or `c`.
+    pub kind: char,
+    /// Oid of the table.
+    pub rel: i32,
+    /// Column numbers it covers (a CHECK: the columns it reads).
+    pub key: Vec<i16>,
+    pub validated: bool,
+    /// `pg_get_constraintdef(oid)` and `pg_get_constraintdef(oid, true)`.
+    pub def: String,
+    pub pretty: String,
+}
+
+/// Constraint oids: above every catalog id, 1000 per table.
+fn constraint_oid(table_id: u64, n: usize) -> i32 {
+    let id = i64::try_from(table_id).unwrap_or(i64::MAX);
+    i32::try_from(
+        1_000_000_000i64
+            .saturating_add(id.saturating_mul(1000))
+            .saturating_add(n as i64),
+    )
+    .unwrap_or(i32::MAX)
+}
+
+/// The constraints of the database's tables: keys (primary first), then CHECKs.
+pub fn constraints(ctx: &CatalogCtx) -> Vec<Constraint> {
+    let mut out = vec![];
+    for t in ctx.tables() {
+        if t.cagg.is_some() {
+            continue;
+        }
+        let attnum = |c: &str| {
+            t.columns
+                .iter()
+                .position(|x| x.name == c)
+                .and_then(|i| i16::try_from(i + 1).ok())
+        };
+        let rel = table_oid(t.id);
+        for (n, k) in t.keys.iter().enumerate() {
+            let cols: Vec<String> = k
+                .columns
+                .iter()
+                .map(|c| crate::pgident::quote_ident(c))
+                .collect();
+            let def = format!(
+                "{} ({})",
+                if k.primary { "PRIMARY KEY" } else { "UNIQUE" },
+                cols.join(", ")
+            );
+            out.push(Constraint {
+                oid: constraint_oid(t.id, n),
+                name: k.name.clone(),
+                kind: if k.primary { 'p' } else { 'u' },
+                rel,
+                key: k.columns.iter().filter_map(|c| attnum(c)).collect(),
+                validated: true,
+                pretty: def.clone(),
+                def,
+            });
+        }
+        for (n, c) in t.checks.iter().enumerate() {
+            let not_valid = if c.validated { "" } else { " NOT VALID" };
+            out.push(Constraint {
+                oid: constraint_oid(t.id, t.keys.len() + n),
+                name: c.name.clone(),
+                kind: 'c',
+                rel,
+                key: columns_read(&c.expr)
+                    .iter()
+                    .filter_map(|x| attnum(x))
+                    .collect(),
+                validated: c.validated,
+                def: format!("CHECK (({})){not_valid}", c.expr),
+                pretty: format!("CHECK ({}){not_valid}", c.expr),
+            });
+        }
+    }
+    out
+}
+
+/// The names a stored condition reads (identifiers, folded as PostgreSQL folds them).
+fn columns_read(expr: &str) -> Vec<String> {
+    use datafusion::sql::sqlparser::ast;
+    let Ok(e) = datafusion::sql::sqlparser::parser::Parser::new(
+        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+    )
+    .try_with_sql(expr)
+    .and_then(|mut p| p.parse_expr()) else {
+        return vec![];
+    };
+    let mut out: Vec<String> = vec![];
+    let _ = ast::visit_expressions(&e, |x| {
+        let name = match x {
+            ast::Expr::Identifier(i) => Some(i),
+            ast::Expr::CompoundIdentifier(p) => p.last(),
+            _ => None,
+        };
+        if let Some(i) = name {
+            let n = if i.quote_style.is_some() {
+                i.value.clone()
+            } else {
+                i.value.to_lowercase()
+            };
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    out
+}
+
 /// A user table's default, as PostgreSQL deparses it (`'x'::text`, `now()`).
 fn deparse_default(default: &str, ty: &SqlType) -> String {
     let d = default.trim();
@@ -1324,7 +1439,6 @@ pub const EMPTY_RELS: &[&str] = &[
     "pg_subscription",
     "pg_ts_config",
     "pg_cast",
-    "pg_constraint",
     "pg_depend",
     "pg_description",
     "pg_enum",
@@ -1438,25 +1552,33 @@ fn pg_rows(ctx: &CatalogCtx, rel: &str) -> Vec<Row> {
                 ]
             })
             .collect(),
-        "pg_class" => relations(ctx)
-            .into_iter()
-            .map(|r| {
-                vec![
-                    ("oid", i(r.oid)),
-                    ("relname", s(r.name)),
-                    ("relnamespace", i(r.ns)),
-                    ("relowner", i(ROLE_OWNER)),
-                    ("relam", i(if r.kind == b'r' { 2 } else { 0 })),
-                    ("relfilenode", i(if r.kind == b'r' { r.oid } else { 0 })),
-                    ("reltuples", V::F(-1.0)),
-                    ("relpersistence", s("p")),
-                    ("relkind", s(char::from(r.kind).to_string())),
-                    ("relnatts", i(r.atts.len() as i64)),
-                    ("relispopulated", V::B(true)),
-                    ("relreplident", s(if r.kind == b'r' { "d" } else { "n" })),
-                ]
-            })
-            .collect(),
+        "pg_class" => {
+            let checks = constraints(ctx);
+            relations(ctx)
+                .into_iter()
+                .map(|r| {
+                    let n = checks
+                        .iter()
+                        .filter(|c| c.rel == r.oid && c.kind == 'c')
+                        .count();
+                    vec![
+                        ("relchecks", i(n as i64)),
+                        ("oid", i(r.oid)),
+                        ("relname", s(r.name)),
+                        ("relnamespace", i(r.ns)),
+                        ("relowner", i(ROLE_OWNER)),
+                        ("relam", i(if r.kind == b'r' { 2 } else { 0 })),
+                        ("relfilenode", i(if r.kind == b'r' { r.oid } else { 0 })),
+                        ("reltuples", V::F(-1.0)),
+                        ("relpersistence", s("p")),
+                        ("relkind", s(char::from(r.kind).to_string())),
+                        ("relnatts", i(r.atts.len() as i64)),
+                        ("relispopulated", V::B(true)),
+                        ("relreplident", s(if r.kind == b'r' { "d" } else { "n" })),
+                    ]
+                })
+                .collect()
+        }
         "pg_attribute" => {
             let mut out = vec![];
             for r in relations(ctx) {
@@ -1491,6 +1613,35 @@ fn pg_rows(ctx: &CatalogCtx, rel: &str) -> Vec<Row> {
             }
             out
         }
+        "pg_constraint" => constraints(ctx)
+            .into_iter()
+            .map(|c| {
+                vec![
+                    ("oid", i(c.oid)),
+                    ("conname", s(c.name)),
+                    ("connamespace", i(NS_PUBLIC)),
+                    ("contype", s(c.kind.to_string())),
+                    ("condeferrable", V::B(false)),
+                    ("condeferred", V::B(false)),
+                    ("convalidated", V::B(c.validated)),
+                    ("conrelid", i(c.rel)),
+                    ("contypid", i(0)),
+                    ("conindid", i(0)),
+                    ("conparentid", i(0)),
+                    ("confrelid", i(0)),
+                    ("confupdtype", s(" ")),
+                    ("confdeltype", s(" ")),
+                    ("confmatchtype", s(" ")),
+                    ("conislocal", V::B(true)),
+                    ("coninhcount", i(0)),
+                    ("connoinherit", V::B(false)),
+                    (
+                        "conkey",
+                        list(&c.key.iter().map(|k| i32::from(*k)).collect::<Vec<_>>()),
+                    ),
+                ]
+            })
+            .collect(),
         "pg_attrdef" => {
             let mut out = vec![];
             for r in relations(ctx) {
