@@ -146,6 +146,9 @@ pub struct TableDef {
     /// CHECK constraints, by name (PostgreSQL tests them in name order).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckDef>,
+    /// FOREIGN KEY constraints of this table (the referencing side).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign_keys: Vec<ForeignKeyDef>,
     /// `timescaledb.compress` settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<CompressionDef>,
@@ -176,6 +179,62 @@ pub struct CheckDef {
 
 fn yes() -> bool {
     true
+}
+
+/// A FOREIGN KEY: every row's `columns` (unless one is NULL: MATCH SIMPLE) equal
+/// the `ref_columns` (a key) of a row of `ref_table`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForeignKeyDef {
+    /// Constraint name (`t_a_fkey` by default).
+    pub name: String,
+    pub columns: Vec<String>,
+    pub ref_table: String,
+    pub ref_columns: Vec<String>,
+    /// What deleting a referenced row does.
+    #[serde(default, skip_serializing_if = "RefAction::is_no_action")]
+    pub on_delete: RefAction,
+    /// False after `ADD CONSTRAINT … NOT VALID` until `VALIDATE CONSTRAINT`.
+    #[serde(default = "yes", skip_serializing_if = "Clone::clone")]
+    pub validated: bool,
+}
+
+/// `ON DELETE` actions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RefAction {
+    #[default]
+    NoAction,
+    Restrict,
+    Cascade,
+    SetNull,
+    SetDefault,
+}
+
+impl RefAction {
+    fn is_no_action(&self) -> bool {
+        *self == RefAction::NoAction
+    }
+
+    /// `pg_constraint.confdeltype`.
+    pub fn code(self) -> char {
+        match self {
+            RefAction::NoAction => 'a',
+            RefAction::Restrict => 'r',
+            RefAction::Cascade => 'c',
+            RefAction::SetNull => 'n',
+            RefAction::SetDefault => 'd',
+        }
+    }
+
+    /// As `pg_get_constraintdef` appends it (nothing for NO ACTION).
+    pub fn clause(self) -> &'static str {
+        match self {
+            RefAction::NoAction => "",
+            RefAction::Restrict => " ON DELETE RESTRICT",
+            RefAction::Cascade => " ON DELETE CASCADE",
+            RefAction::SetNull => " ON DELETE SET NULL",
+            RefAction::SetDefault => " ON DELETE SET DEFAULT",
+        }
+    }
 }
 
 /// TimescaleDB's rule: every unique constraint of a hypertable holds the
@@ -356,6 +415,7 @@ impl TableDef {
             dropped: self.dropped.clone(),
             keys: self.keys.clone(),
             checks: self.checks.clone(),
+            foreign_keys: self.foreign_keys.clone(),
             compression: self.compression.clone(),
         }
     }
@@ -705,6 +765,7 @@ mod tests {
             lp_columns: false,
             keys: vec![],
             checks: vec![],
+            foreign_keys: vec![],
             compression: None,
         }
     }

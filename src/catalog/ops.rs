@@ -29,6 +29,7 @@ pub struct NewTable {
     /// PRIMARY KEY and UNIQUE constraints.
     pub keys: Vec<super::KeyDef>,
     pub checks: Vec<super::CheckDef>,
+    pub foreign_keys: Vec<super::ForeignKeyDef>,
     pub compression: Option<super::CompressionDef>,
 }
 
@@ -50,6 +51,7 @@ impl NewTable {
             dropped: vec![],
             keys: self.keys,
             checks: self.checks,
+            foreign_keys: self.foreign_keys,
             compression: self.compression,
         }
     }
@@ -619,6 +621,49 @@ impl Catalog {
         self.update(|m| {
             let t = Arc::make_mut(table_mut(m, db, table)?);
             if let Some(c) = t.checks.iter_mut().find(|c| c.name == name) {
+                c.validated = true;
+            }
+            Ok(())
+        })
+    }
+
+    /// Adds a FOREIGN KEY to `table` (42710 when the table has a constraint of
+    /// that name). The caller tests the stored rows.
+    pub fn add_foreign_key(&self, db: &str, table: &str, fk: super::ForeignKeyDef) -> Result<()> {
+        self.update(|m| {
+            let t = Arc::make_mut(table_mut(m, db, table)?);
+            if t.keys.iter().any(|k| k.name == fk.name)
+                || t.checks.iter().any(|c| c.name == fk.name)
+                || t.foreign_keys.iter().any(|c| c.name == fk.name)
+            {
+                return Err(Error::sql(
+                    "42710",
+                    format!(
+                        "constraint \"{}\" for relation \"{table}\" already exists",
+                        fk.name
+                    ),
+                ));
+            }
+            t.foreign_keys.push(fk);
+            Ok(())
+        })
+    }
+
+    /// Removes the FOREIGN KEY `name` of `table`; whether there was one.
+    pub fn drop_foreign_key(&self, db: &str, table: &str, name: &str) -> Result<bool> {
+        self.update(|m| {
+            let t = Arc::make_mut(table_mut(m, db, table)?);
+            let before = t.foreign_keys.len();
+            t.foreign_keys.retain(|c| c.name != name);
+            Ok(t.foreign_keys.len() != before)
+        })
+    }
+
+    /// Marks the FOREIGN KEY `name` of `table` valid (its rows were tested).
+    pub fn validate_foreign_key(&self, db: &str, table: &str, name: &str) -> Result<()> {
+        self.update(|m| {
+            let t = Arc::make_mut(table_mut(m, db, table)?);
+            if let Some(c) = t.foreign_keys.iter_mut().find(|c| c.name == name) {
                 c.validated = true;
             }
             Ok(())

@@ -890,6 +890,22 @@ pub async fn write(
                 continue;
             }
         };
+        // Testing keys of other tables takes a query: refused rather than unchecked.
+        if !table.foreign_keys.is_empty() {
+            out.dropped += m.lines.len();
+            if let Some(l) = m.lines.first() {
+                out.errors.push(LineError {
+                    line: *l,
+                    text: String::new(),
+                    message: format!(
+                        "table \"{}\" has foreign keys, which line protocol writes cannot check; write it with SQL ({} lines)",
+                        m.name,
+                        m.lines.len()
+                    ),
+                });
+            }
+            continue;
+        }
         let batch = without_failing_checks(&table, m.batch, &m.lines, &mut out)?;
         ready.push((table, batch));
     }
@@ -1005,6 +1021,7 @@ fn ensure_tables(
                 lp_columns: false,
                 keys: vec![],
                 checks: vec![],
+                foreign_keys: vec![],
                 compression: None,
             },
             // Tables already complete ask for nothing: they come back unchanged.

@@ -237,6 +237,7 @@ pub async fn create(s: &Session, cv: &ast::CreateView) -> Result<Output> {
         lp_columns: false,
         keys: vec![],
         checks: vec![],
+        foreign_keys: vec![],
         compression: None,
     };
     s.engine.catalog().create_cagg(&s.db, table, cagg, view)?;

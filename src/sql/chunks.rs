@@ -568,6 +568,7 @@ pub async fn delete(s: &Session, del: &ast::Delete) -> Result<Output> {
         .snapshot()
         .table(&s.db, &table_name)?
         .clone();
+    super::fkeys::before_delete(s, &current, del.selection.as_ref()).await?;
     if current.dedups() && del.selection.is_some() {
         let n = super::update::delete_merged(
             s,
@@ -650,6 +651,11 @@ async fn stage_delete(
 
 /// `TRUNCATE [TABLE] t [, ...]`.
 pub async fn truncate(s: &Session, names: &[ast::ObjectName]) -> Result<Output> {
+    let tables = names
+        .iter()
+        .map(super::args::table_name)
+        .collect::<Result<Vec<_>>>()?;
+    super::fkeys::before_truncate(s, &tables)?;
     if s.staging.in_block() {
         let m = s.engine.catalog().snapshot();
         let mut ids = vec![];

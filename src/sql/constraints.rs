@@ -134,8 +134,17 @@ async fn alter(s: &Session, at: &ast::AlterTable) -> Result<Output> {
                 let name = c.name.as_ref().map(args::fold);
                 super::checks::add(s, &table, name, &c.expr, None, *not_valid).await?;
             }
+            AlterTableOperation::AddConstraint {
+                constraint: ast::TableConstraint::ForeignKey(fk),
+                not_valid,
+            } => {
+                super::fkeys::add(s, &table, fk, *not_valid).await?;
+            }
             AlterTableOperation::ValidateConstraint { name } => {
-                super::checks::validate(s, &table, &args::fold(name)).await?;
+                let name = args::fold(name);
+                if !super::fkeys::validate(s, &table, &name).await? {
+                    super::checks::validate(s, &table, &name).await?;
+                }
             }
             AlterTableOperation::AddConstraint { constraint, .. } => {
                 let (name, cols, primary) = match constraint {
@@ -175,6 +184,7 @@ async fn alter(s: &Session, at: &ast::AlterTable) -> Result<Output> {
                     .drop_key(&s.db, Some(&table), &name)?
                     .is_none()
                     && !s.engine.catalog().drop_check(&s.db, &table, &name)?
+                    && !s.engine.catalog().drop_foreign_key(&s.db, &table, &name)?
                     && !*if_exists
                 {
                     return Err(Error::sql(

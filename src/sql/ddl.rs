@@ -231,6 +231,7 @@ pub async fn execute(s: &Session, stmt: &Statement) -> Result<Output> {
                 }
                 let is_table = table.is_some();
                 if is_table {
+                    super::fkeys::before_drop(s, &name, *cascade)?;
                     if s.staging.in_block()
                         && *cascade
                         && super::viewdefs::dependents_exist(s, &name)?
@@ -472,7 +473,7 @@ fn column_def(c: &ast::ColumnDef) -> Result<(ColumnDef, Option<Generated>)> {
             ColumnOption::Null => nullable = true,
             ColumnOption::PrimaryKey(_) => nullable = false,
             // Taken by the table's keys and CHECK constraints.
-            ColumnOption::Unique(_) | ColumnOption::Check(_) => {}
+            ColumnOption::Unique(_) | ColumnOption::Check(_) | ColumnOption::ForeignKey(_) => {}
             // Text compares by bytes, which is what C and POSIX mean.
             ColumnOption::Collation(c)
                 if ["c", "posix", "default"].contains(
@@ -607,6 +608,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
     }
     let keys = table_keys(ct, &name, &mut columns)?;
     let checks = super::checks::from_create(s, ct, &name, &columns)?;
+    let foreign_keys = super::fkeys::from_create(s, ct, &name, &columns, &keys)?;
     let opts = with_options(ct)?;
     // TimescaleDB 2.2x: a table created as a hypertable has the columnstore enabled
     // unless `tsdb.enable_columnstore = false`.
@@ -666,6 +668,7 @@ fn create_table(s: &Session, ct: &ast::CreateTable) -> Result<Output> {
             lp_columns: opts.lp_columns,
             keys,
             checks,
+            foreign_keys,
             compression,
         },
         sequences,
@@ -779,7 +782,7 @@ fn table_keys(
             ast::TableConstraint::Unique(u) => {
                 add(u.name.as_ref(), index_cols(&u.columns)?, false)?
             }
-            ast::TableConstraint::Check(_) => {}
+            ast::TableConstraint::Check(_) | ast::TableConstraint::ForeignKey(_) => {}
             other => {
                 return Err(Error::NotSupported(format!(
                     "table constraint {other} is not supported (Sundial would not enforce it)"

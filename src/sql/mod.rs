@@ -16,6 +16,7 @@ pub mod copy;
 pub mod copy_binary;
 pub mod cursor;
 pub mod ddl;
+pub mod fkeys;
 pub mod functions;
 pub mod gapfill;
 mod grouping;
@@ -1058,6 +1059,9 @@ impl Session {
         self.check_not_aborted(Some(&stmt))?;
         access::check(self, &stmt)?;
         self.check_calls_in_block(&stmt)?;
+        if fkeys::insert_into_referencing(self, &stmt) {
+            return Ok(Prepared::Native(Box::new(stmt)));
+        }
         let state = self.ctx.state();
         let kept = (self.engine.config().auth != crate::config::AuthMethod::Trust)
             .then(|| Box::new(stmt.clone()));

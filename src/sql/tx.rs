@@ -195,6 +195,7 @@ impl Session {
 
     /// Writes rows now, or stages them inside a transaction block.
     pub async fn write_rows(&self, table: &Arc<TableDef>, batch: RecordBatch) -> Result<u64> {
+        super::fkeys::check_new_rows(self, table, &batch).await?;
         if self.staging.in_block() {
             self.staging.insert(table, batch)
         } else {

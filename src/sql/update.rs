@@ -55,6 +55,24 @@ struct Plan {
 /// `UPDATE t [AS a] SET c = e [, …] [FROM …] [WHERE …] [RETURNING …]`.
 pub async fn update(s: &Session, u: &ast::Update) -> Result<Output> {
     let plan = plan(s, u)?;
+    let set: Vec<String> = u
+        .assignments
+        .iter()
+        .flat_map(|a| match &a.target {
+            ast::AssignmentTarget::ColumnName(n) => vec![n.to_string()],
+            ast::AssignmentTarget::Tuple(ns) => ns.iter().map(|n| n.to_string()).collect(),
+        })
+        .map(|n| {
+            let last = n.rsplit('.').next().unwrap_or(&n).to_string();
+            match last.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
+                Some(q) => q.to_string(),
+                None => last.to_lowercase(),
+            }
+        })
+        .collect();
+    if !plan.has_from {
+        super::fkeys::before_update(s, &plan.table, &set, plan.selection.as_deref()).await?;
+    }
     let (n, returned) = if s.staging.in_block() {
         stage(s, &plan).await?
     } else {
@@ -575,6 +593,7 @@ async fn apply(s: &Session, plan: &Plan) -> Result<(u64, Option<(SchemaRef, Reco
             return Ok((0, found.returned));
         }
         check_keys(s, &t, plan, &found).await?;
+        super::fkeys::check_new_rows(s, &t, &found.new_rows).await?;
         let logical = deletion(&state, plan, &found, by_set)?;
         let df_schema = crate::query::staged::qualified_schema(&t)?;
         let physical = state.create_physical_expr(logical.clone(), &df_schema)?;
@@ -606,6 +625,7 @@ async fn stage(s: &Session, plan: &Plan) -> Result<(u64, Option<(SchemaRef, Reco
     if n == 0 {
         return Ok((0, found.returned));
     }
+    super::fkeys::check_new_rows(s, &plan.table, &found.new_rows).await?;
     let pred = deletion(&state, plan, &found, false)?;
     s.staging.delete(plan.table.id, pred);
     s.staging.insert(&plan.table, found.new_rows)?;

@@ -411,6 +411,7 @@ async fn write(
     rows: RecordBatch,
     replace: Option<(&KeyDef, &RecordBatch)>,
 ) -> Result<()> {
+    super::fkeys::check_new_rows(s, t, &rows).await?;
     let in_block = s.staging.in_block();
     let Some((key, old)) = replace.filter(|(_, old)| old.num_rows() > 0) else {
         if rows.num_rows() == 0 {

@@ -255,6 +255,7 @@ mod tests {
             dropped: vec![],
             keys: vec![],
             checks: vec![],
+            foreign_keys: vec![],
             compression: None,
         })
     }

@@ -270,6 +270,7 @@ fn regclass_name(rels: &[Rel], oid: i64) -> String {
 pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
     use DataType::{Boolean, Int32, Int64, Utf8};
     use K::*;
+    ctx.register_udtf("pg_partition_ancestors", Arc::new(PartitionAncestors));
     let mut fns: Vec<ScalarUDF> = vec![];
 
     let c = cat.clone();
@@ -402,6 +403,15 @@ pub fn register(ctx: &SessionContext, cat: Arc<CatalogCtx>) {
         },
     ));
     fns.push(always_null("shobj_description", &[O, S], 2, Utf8));
+    // In a select list (psql's "Referenced by"): the one ancestor, the table itself.
+    fns.push(udf(
+        "pg_partition_ancestors",
+        &[O],
+        1,
+        Int32,
+        Volatility::Stable,
+        move |a, _| Ok(arrow::compute::cast(&a[0], &Int32)?),
+    ));
     let c = cat.clone();
     fns.push(udf(
         "pg_get_constraintdef",
@@ -1000,5 +1010,47 @@ mod tests {
         assert_eq!(size_pretty(16384), "16 kB");
         assert_eq!(size_pretty(10_485_760), "10 MB");
         assert_eq!(size_pretty(-20_000), "-20 kB");
+    }
+}
+
+/// `pg_partition_ancestors(rel)`: a table that is no partition is its own only
+/// ancestor (psql's `\d` lists foreign keys through it).
+#[derive(Debug)]
+struct PartitionAncestors;
+
+impl datafusion::catalog::TableFunctionImpl for PartitionAncestors {
+    fn call(
+        &self,
+        args: &[datafusion::prelude::Expr],
+    ) -> Result<Arc<dyn datafusion::datasource::TableProvider>> {
+        let mut arg = args.first();
+        while let Some(datafusion::prelude::Expr::Cast(c)) = arg {
+            arg = Some(c.expr.as_ref());
+        }
+        let oid = match arg {
+            Some(datafusion::prelude::Expr::Literal(v, _)) => v
+                .to_string()
+                .trim_matches('\'')
+                .parse::<i32>()
+                .map_err(|_| DataFusionError::Plan("pg_partition_ancestors takes an oid".into()))?,
+            _ => {
+                return Err(DataFusionError::Plan(
+                    "pg_partition_ancestors takes a constant oid".into(),
+                ));
+            }
+        };
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![Field::new(
+            "relid",
+            DataType::Int32,
+            true,
+        )]));
+        let batch = arrow::array::RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(arrow::array::Int32Array::from(vec![oid]))],
+        )?;
+        Ok(Arc::new(datafusion::datasource::MemTable::try_new(
+            schema,
+            vec![vec![batch]],
+        )?))
     }
 }

@@ -489,6 +489,8 @@ pub struct Constraint {
     /// `pg_get_constraintdef(oid)` and `pg_get_constraintdef(oid, true)`.
     pub def: String,
     pub pretty: String,
+    /// A foreign key's referenced table oid, its columns and ON DELETE code.
+    pub foreign: Option<(i32, Vec<i16>, char)>,
 }
 
 /// Constraint oids: above every catalog id, 1000 per table.
@@ -505,7 +507,8 @@ fn constraint_oid(table_id: u64, n: usize) -> i32 {
 /// The constraints of the database's tables: keys (primary first), then CHECKs.
 pub fn constraints(ctx: &CatalogCtx) -> Vec<Constraint> {
     let mut out = vec![];
-    for t in ctx.tables() {
+    let tables = ctx.tables();
+    for t in tables.iter() {
         if t.cagg.is_some() {
             continue;
         }
@@ -536,6 +539,7 @@ pub fn constraints(ctx: &CatalogCtx) -> Vec<Constraint> {
                 validated: true,
                 pretty: def.clone(),
                 def,
+                foreign: None,
             });
         }
         for (n, c) in t.checks.iter().enumerate() {
@@ -552,6 +556,53 @@ pub fn constraints(ctx: &CatalogCtx) -> Vec<Constraint> {
                 validated: c.validated,
                 def: format!("CHECK (({})){not_valid}", c.expr),
                 pretty: format!("CHECK ({}){not_valid}", c.expr),
+                foreign: None,
+            });
+        }
+        let base = t.keys.len() + t.checks.len();
+        for (n, f) in t.foreign_keys.iter().enumerate() {
+            let q = |v: &[String]| {
+                v.iter()
+                    .map(|c| crate::pgident::quote_ident(c))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let not_valid = if f.validated { "" } else { " NOT VALID" };
+            let def = format!(
+                "FOREIGN KEY ({}) REFERENCES {}({}){}{not_valid}",
+                q(&f.columns),
+                crate::pgident::quote_ident(&f.ref_table),
+                q(&f.ref_columns),
+                f.on_delete.clause()
+            );
+            let parent = tables.iter().find(|p| p.name == f.ref_table);
+            let ref_key = parent
+                .map(|p| {
+                    f.ref_columns
+                        .iter()
+                        .filter_map(|c| {
+                            p.columns
+                                .iter()
+                                .position(|x| &x.name == c)
+                                .and_then(|i| i16::try_from(i + 1).ok())
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push(Constraint {
+                oid: constraint_oid(t.id, base + n),
+                name: f.name.clone(),
+                kind: 'f',
+                rel,
+                key: f.columns.iter().filter_map(|c| attnum(c)).collect(),
+                validated: f.validated,
+                pretty: def.clone(),
+                def,
+                foreign: Some((
+                    parent.map(|p| table_oid(p.id)).unwrap_or(0),
+                    ref_key,
+                    f.on_delete.code(),
+                )),
             });
         }
     }
@@ -1561,8 +1612,14 @@ fn pg_rows(ctx: &CatalogCtx, rel: &str) -> Vec<Row> {
                         .iter()
                         .filter(|c| c.rel == r.oid && c.kind == 'c')
                         .count();
+                    // psql lists foreign keys of tables with triggers (PostgreSQL's are).
+                    let fk = checks.iter().any(|c| {
+                        c.kind == 'f'
+                            && (c.rel == r.oid || c.foreign.as_ref().is_some_and(|f| f.0 == r.oid))
+                    });
                     vec![
                         ("relchecks", i(n as i64)),
+                        ("relhastriggers", V::B(fk)),
                         ("oid", i(r.oid)),
                         ("relname", s(r.name)),
                         ("relnamespace", i(r.ns)),
@@ -1628,10 +1685,26 @@ fn pg_rows(ctx: &CatalogCtx, rel: &str) -> Vec<Row> {
                     ("contypid", i(0)),
                     ("conindid", i(0)),
                     ("conparentid", i(0)),
-                    ("confrelid", i(0)),
-                    ("confupdtype", s(" ")),
-                    ("confdeltype", s(" ")),
-                    ("confmatchtype", s(" ")),
+                    ("confrelid", i(c.foreign.as_ref().map_or(0, |f| f.0))),
+                    (
+                        "confupdtype",
+                        s(if c.foreign.is_some() { "a" } else { " " }),
+                    ),
+                    (
+                        "confdeltype",
+                        s(c.foreign.as_ref().map_or(' ', |f| f.2).to_string()),
+                    ),
+                    (
+                        "confmatchtype",
+                        s(if c.foreign.is_some() { "s" } else { " " }),
+                    ),
+                    (
+                        "confkey",
+                        match &c.foreign {
+                            Some(f) => list(&f.1.iter().map(|k| i32::from(*k)).collect::<Vec<_>>()),
+                            None => V::N,
+                        },
+                    ),
                     ("conislocal", V::B(true)),
                     ("coninhcount", i(0)),
                     ("connoinherit", V::B(false)),

@@ -110,7 +110,9 @@ pub fn table_factor(tf: &mut TableFactor) {
     // Sundial's own table functions (chunk management) are planned as they are;
     // show_chunks returns a set of one scalar, whose column PostgreSQL names after
     // the table alias (`SELECT c FROM show_chunks('t') c`).
-    if crate::sql::chunks::TABLE_FUNCTIONS.contains(&fname.as_str()) {
+    if crate::sql::chunks::TABLE_FUNCTIONS.contains(&fname.as_str())
+        || fname == "pg_partition_ancestors"
+    {
         if fname == "show_chunks" && alias.is_some() {
             *alias = Some(alias_with_column(alias.take(), &fname));
         }
