@@ -200,6 +200,11 @@ fn resolve(
             )));
         }
     };
+    if ref_table == table && matches!(on_delete, RefAction::Cascade | RefAction::SetNull) {
+        return Err(Error::NotSupported(format!(
+            "foreign key \"{name}\": ON DELETE CASCADE or SET NULL on a table referencing itself"
+        )));
+    }
     if fk
         .characteristics
         .as_ref()
@@ -437,7 +442,15 @@ pub async fn before_delete(
                     )
                     .await?;
                 }
-                _ => still_referenced(s, parent, &child, &fk, &hit).await?,
+                // Rows of a table referencing itself that go too do not count.
+                _ => {
+                    let hit = match (&cond, child.name == parent.name) {
+                        (Some(c), true) => format!("({hit}) AND NOT ({c})"),
+                        (None, true) => continue,
+                        _ => hit,
+                    };
+                    still_referenced(s, parent, &child, &fk, &hit).await?
+                }
             }
         }
     }
@@ -476,14 +489,48 @@ async fn still_referenced(
 pub async fn before_update(
     s: &Session,
     parent: &TableDef,
-    columns: &[String],
+    alias: &str,
+    set: &[(String, Option<String>)],
     selection: Option<&str>,
 ) -> Result<()> {
     for (child, fk) in referencing(s, &parent.name)? {
-        if !fk.ref_columns.iter().any(|c| columns.contains(c)) {
+        let touched: Vec<&(String, Option<String>)> = set
+            .iter()
+            .filter(|(c, _)| fk.ref_columns.contains(c))
+            .collect();
+        if touched.is_empty() {
             continue;
         }
-        let changing = select_tuples(s, &parent.name, &fk.ref_columns, selection).await?;
+        // Rows whose key keeps its value are no change (a tuple assignment: all count).
+        let changes: Option<Vec<String>> = touched
+            .iter()
+            .map(|(c, e)| {
+                e.as_ref()
+                    .map(|e| format!("{} IS DISTINCT FROM ({e})", quote_ident(c)))
+            })
+            .collect();
+        let mut cond: Vec<String> = selection.map(|w| format!("({w})")).into_iter().collect();
+        if let Some(ch) = changes {
+            cond.push(format!("({})", ch.join(" OR ")));
+        }
+        let list: Vec<String> = fk.ref_columns.iter().map(|c| quote_ident(c)).collect();
+        let mut q = format!(
+            "SELECT DISTINCT {} FROM {} AS {}",
+            list.join(", "),
+            quote_ident(&parent.name),
+            quote_ident(alias)
+        );
+        if !cond.is_empty() {
+            q.push_str(&format!(" WHERE {}", cond.join(" AND ")));
+        }
+        let batches = s.ctx.sql(&q).await?.collect().await?;
+        let mut changing = vec![];
+        for b in &batches {
+            let names: Vec<String> = (0..b.num_columns())
+                .map(|i| b.schema().field(i).name().clone())
+                .collect();
+            changing.extend(tuples(b, &names)?);
+        }
         let types = types_of(&child, &fk.columns);
         for part in changing.chunks(CHUNK) {
             let hit = matching(&fk.columns, &types, part);

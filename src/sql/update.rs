@@ -55,23 +55,25 @@ struct Plan {
 /// `UPDATE t [AS a] SET c = e [, …] [FROM …] [WHERE …] [RETURNING …]`.
 pub async fn update(s: &Session, u: &ast::Update) -> Result<Output> {
     let plan = plan(s, u)?;
-    let set: Vec<String> = u
+    let fold = |n: &ast::ObjectName| {
+        let n = n.to_string();
+        let last = n.rsplit('.').next().unwrap_or(&n).to_string();
+        match last.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
+            Some(q) => q.to_string(),
+            None => last.to_lowercase(),
+        }
+    };
+    let set: Vec<(String, Option<String>)> = u
         .assignments
         .iter()
         .flat_map(|a| match &a.target {
-            ast::AssignmentTarget::ColumnName(n) => vec![n.to_string()],
-            ast::AssignmentTarget::Tuple(ns) => ns.iter().map(|n| n.to_string()).collect(),
-        })
-        .map(|n| {
-            let last = n.rsplit('.').next().unwrap_or(&n).to_string();
-            match last.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
-                Some(q) => q.to_string(),
-                None => last.to_lowercase(),
-            }
+            ast::AssignmentTarget::ColumnName(n) => vec![(fold(n), Some(a.value.to_string()))],
+            ast::AssignmentTarget::Tuple(ns) => ns.iter().map(|n| (fold(n), None)).collect(),
         })
         .collect();
     if !plan.has_from {
-        super::fkeys::before_update(s, &plan.table, &set, plan.selection.as_deref()).await?;
+        super::fkeys::before_update(s, &plan.table, &plan.alias, &set, plan.selection.as_deref())
+            .await?;
     }
     let (n, returned) = if s.staging.in_block() {
         stage(s, &plan).await?
