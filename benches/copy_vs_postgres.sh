@@ -9,18 +9,7 @@ ROWS="${1:-1000000}"
 WORK="$(mktemp -d)"
 trap 'kill $SUNDIAL_PID 2>/dev/null || true; runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D "$WORK/pg" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
 CSV="$WORK/data.csv"
-python3 - "$ROWS" "$CSV" <<'PY'
-import random, sys, datetime
-rows, path = int(sys.argv[1]), sys.argv[2]
-random.seed(1)
-start = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
-with open(path, "w") as f:
-    f.write("time,hostname,usage_user,usage_system,usage_idle,usage_nice,usage_iowait,usage_irq,usage_softirq,usage_steal\n")
-    for i in range(rows):
-        t = start + datetime.timedelta(seconds=i // 100 * 10)
-        vals = ",".join(str(random.randint(0, 100)) for _ in range(8))
-        f.write("%s,host_%d,%s\n" % (t.strftime("%Y-%m-%d %H:%M:%S+00"), i % 100, vals))
-PY
+python3 benches/cpu_csv.py "$ROWS" "$CSV"
 COLS="time timestamptz NOT NULL, hostname text, usage_user bigint, usage_system bigint, usage_idle bigint, usage_nice bigint, usage_iowait bigint, usage_irq bigint, usage_softirq bigint, usage_steal bigint"
 TARGET="${CARGO_TARGET_DIR:-target}"
 

@@ -313,7 +313,12 @@ async fn select_tuples(
     if let Some(c) = cond {
         q.push_str(&format!(" WHERE {c}"));
     }
-    let batches = s.ctx.sql(&q).await?.collect().await?;
+    query_tuples(s, &q).await
+}
+
+/// The rows `q` returns (no NULL in them), every column as text.
+async fn query_tuples(s: &Session, q: &str) -> Result<Vec<Vec<String>>> {
+    let batches = s.ctx.sql(q).await?.collect().await?;
     let mut out = vec![];
     for b in &batches {
         let names: Vec<String> = (0..b.num_columns())
@@ -327,6 +332,22 @@ async fn select_tuples(
 fn key_detail(cols: &[String], values: &[String]) -> String {
     let names: Vec<String> = cols.iter().map(|c| quote_ident(c)).collect();
     format!("Key ({})=({})", names.join(", "), values.join(", "))
+}
+
+/// 23503 for a key of `t` that `fk`'s table does not hold.
+fn not_present(t: &TableDef, fk: &ForeignKeyDef, key: &[String]) -> Error {
+    Error::sql_detail(
+        "23503",
+        format!(
+            "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
+            t.name, fk.name
+        ),
+        format!(
+            "{} is not present in table \"{}\".",
+            key_detail(&fk.columns, key),
+            fk.ref_table
+        ),
+    )
 }
 
 /// 23503 when a row of `batch` (new rows of `t`) names a key its referenced
@@ -358,18 +379,7 @@ pub async fn check_new_rows(s: &Session, t: &TableDef, batch: &RecordBatch) -> R
             found.extend(tuples(&batch, &fk.ref_columns)?);
         }
         if let Some(missing) = wanted.iter().find(|w| !found.contains(*w)) {
-            return Err(Error::sql_detail(
-                "23503",
-                format!(
-                    "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
-                    t.name, fk.name
-                ),
-                format!(
-                    "{} is not present in table \"{}\".",
-                    key_detail(&fk.columns, missing),
-                    fk.ref_table
-                ),
-            ));
+            return Err(not_present(t, fk, missing));
         }
     }
     Ok(())
@@ -523,14 +533,7 @@ pub async fn before_update(
         if !cond.is_empty() {
             q.push_str(&format!(" WHERE {}", cond.join(" AND ")));
         }
-        let batches = s.ctx.sql(&q).await?.collect().await?;
-        let mut changing = vec![];
-        for b in &batches {
-            let names: Vec<String> = (0..b.num_columns())
-                .map(|i| b.schema().field(i).name().clone())
-                .collect();
-            changing.extend(tuples(b, &names)?);
-        }
+        let changing = query_tuples(s, &q).await?;
         let types = types_of(&child, &fk.columns);
         for part in changing.chunks(CHUNK) {
             let hit = matching(&fk.columns, &types, part);
@@ -656,25 +659,8 @@ async fn test_rows(s: &Session, t: &TableDef, fk: &ForeignKeyDef) -> Result<()> 
         quote_ident(&fk.ref_table),
         on.join(" AND ")
     );
-    let batches = s.ctx.sql(&q).await?.collect().await?;
-    for b in &batches {
-        let names: Vec<String> = (0..b.num_columns())
-            .map(|i| b.schema().field(i).name().clone())
-            .collect();
-        if let Some(k) = tuples(b, &names)?.first() {
-            return Err(Error::sql_detail(
-                "23503",
-                format!(
-                    "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
-                    t.name, fk.name
-                ),
-                format!(
-                    "{} is not present in table \"{}\".",
-                    key_detail(&fk.columns, k),
-                    fk.ref_table
-                ),
-            ));
-        }
+    match query_tuples(s, &q).await?.first() {
+        Some(k) => Err(not_present(t, fk, k)),
+        None => Ok(()),
     }
-    Ok(())
 }
